@@ -1,0 +1,201 @@
+"""Experiment configuration: one YAML file, validated before anything starts.
+
+Each component gets its own section and sees only that section. Unknown keys and bad
+values fail validation with the dotted path of the field (`ConfigError`); the
+component-specific `args` of the policy and algorithm are validated against the
+component's own `Config` model when it declares one.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+
+class ConfigError(ValueError):
+    """One line naming the field that is wrong and why."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnvConfig(Section):
+    #: A registered env name (`gym`, `fake`) or an import path to an `srl.api.Env` class.
+    type: str = "gym"
+    #: For `type: gym`: a Gymnasium id, or `package.module:Class` of a Gymnasium env.
+    id: str | None = None
+    args: dict[str, Any] = {}
+
+
+class ComponentConfig(Section):
+    type: str
+    args: dict[str, Any] = {}
+
+
+class ActorsConfig(Section):
+    count: PositiveInt = 2
+    #: Env slots per actor: while one slot waits for its actions, the next one steps.
+    ring_size: PositiveInt = 2
+    #: Envs stepped together in one slot (one inference request per slot).
+    envs_per_slot: PositiveInt = 8
+    #: Steps per trajectory sent to the trainer.
+    trajectory_length: PositiveInt = 64
+    #: `remote`: policy workers answer batched requests; `inline`: each actor runs the policy itself.
+    inference: Literal["remote", "inline"] = "remote"
+
+
+class PolicyWorkersConfig(Section):
+    count: PositiveInt = 1
+    #: Wait up to this long for more requests before a forward pass (0: serve what is there).
+    max_wait_ms: float = Field(0.0, ge=0)
+    device: str = "cpu"
+
+
+class TrainersConfig(Section):
+    count: Literal[1] = 1
+    #: Env steps per training batch (a multiple of trajectory length x rows per trajectory).
+    batch_steps: PositiveInt = 2048
+    #: Drop samples whose policy is more than this many versions behind the trainer's.
+    max_staleness: PositiveInt = 4
+    device: str = "cpu"
+
+
+class StreamsConfig(Section):
+    #: `auto`: shared memory between processes of one host, ZeroMQ between hosts.
+    transport: Literal["auto", "shm", "zmq"] = "auto"
+    #: Trajectories an actor may have in flight to the trainer before it blocks (backpressure).
+    sample_slots: PositiveInt = 4
+
+
+class StopConfig(Section):
+    env_steps: PositiveInt | None = None
+    time_s: float | None = Field(None, gt=0)
+    #: Stop when the mean return of the last 100 episodes reaches this.
+    episode_return: float | None = None
+
+
+class LogConfig(Section):
+    report_interval_s: float = Field(1.0, gt=0)
+    tensorboard: bool = True
+    progress: bool = True
+
+
+class CheckpointConfig(Section):
+    every_s: float = Field(30.0, gt=0)
+    keep: PositiveInt = 3
+
+
+class ExperimentConfig(Section):
+    name: str
+    seed: int = 0
+    env: EnvConfig
+    policy: ComponentConfig = ComponentConfig(type="actor_critic")
+    algorithm: ComponentConfig = ComponentConfig(type="ppo")
+    actors: ActorsConfig = ActorsConfig()
+    policy_workers: PolicyWorkersConfig = PolicyWorkersConfig()
+    trainers: TrainersConfig = TrainersConfig()
+    streams: StreamsConfig = StreamsConfig()
+    stop: StopConfig = StopConfig()
+    log: LogConfig = LogConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    launcher: Literal["local"] = "local"
+
+    @pydantic.model_validator(mode="after")
+    def _stop_is_set(self) -> ExperimentConfig:
+        if not any(v is not None for v in self.stop.model_dump().values()):
+            raise ValueError("stop: set at least one of env_steps, time_s, episode_return")
+        return self
+
+
+# ---------------------------------------------------------------------------- loading
+def bundled_configs() -> list[str]:
+    return sorted(p.name.removesuffix(".yaml") for p in resources.files("srl.configs").iterdir() if p.name.endswith(".yaml"))
+
+
+def read_config_file(name_or_path: str) -> dict[str, Any]:
+    """A bundled config by name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise ConfigError(f"config file {name_or_path} does not exist")
+        text = path.read_text()
+    else:
+        bundled = resources.files("srl.configs") / f"{name_or_path}.yaml"
+        if not bundled.is_file():
+            raise ConfigError(f"no bundled config {name_or_path!r}; bundled: {', '.join(bundled_configs())}")
+        text = bundled.read_text()
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{name_or_path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name_or_path}: the top level must be a mapping")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides; values parse as YAML (numbers, bools, lists)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key.sub=value")
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def _error_line(error: pydantic.ValidationError, prefix: str = "") -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
+    extra = len(error.errors()) - 1
+    more = f" (and {extra} more)" if extra else ""
+    return f"{where or 'config'}: {first['msg']}{more}"
+
+
+def validate(data: dict[str, Any]) -> ExperimentConfig:
+    """Validate the experiment and each component's own args. Raises ConfigError."""
+    from srl.api.registry import ALGORITHMS, POLICIES, RegistryError
+
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(_error_line(exc)) from None
+    for section, registry in (("policy", POLICIES), ("algorithm", ALGORITHMS)):
+        component: ComponentConfig = getattr(config, section)
+        try:
+            cls = registry.resolve(component.type)
+        except RegistryError as exc:
+            raise ConfigError(f"{section}.type: {exc}") from None
+        model = getattr(cls, "Config", None)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            try:
+                component.args = model.model_validate(component.args).model_dump()
+            except pydantic.ValidationError as exc:
+                raise ConfigError(_error_line(exc, f"{section}.args")) from None
+    if config.env.type == "gym" and not config.env.id:
+        raise ConfigError("env.id: required for a Gymnasium env")
+    return config
+
+
+def load(name_or_path: str, overrides: list[str] | None = None) -> ExperimentConfig:
+    return validate(apply_overrides(read_config_file(name_or_path), overrides or []))
+
+
+def dump(config: ExperimentConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

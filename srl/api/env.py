@@ -1,0 +1,63 @@
+"""The environment interface: multi-agent by default.
+
+An `Env` has a fixed tuple of agent ids. `reset()` and `step(actions)` return one
+`AgentStep` per agent: an observation dict, the reward, whether the episode terminated
+or was truncated for that agent, and an info dict. A single-agent environment is the
+special case of one agent (see `srl.envs.gym.GymEnv`).
+
+The loop it lives in (an actor's environment ring)::
+
+    steps = env.reset(seed)
+    while True:
+        actions = {agent: policy(steps[agent].obs) for agent in env.agent_ids}
+        steps = env.step(actions)
+        if all(s.terminated or s.truncated for s in steps.values()):
+            steps = env.reset()
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+Observation = dict[str, np.ndarray]
+
+
+@dataclass(slots=True)
+class AgentStep:
+    obs: Observation
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+class Env(ABC):
+    """A multi-agent environment. Subclasses set `agent_ids` and the per-agent spaces."""
+
+    agent_ids: tuple[str, ...]
+
+    @abstractmethod
+    def observation_space(self, agent: str) -> gym.spaces.Dict:
+        """A Dict space: every observation is a dict of arrays."""
+
+    @abstractmethod
+    def action_space(self, agent: str) -> gym.Space:
+        """Discrete, MultiDiscrete or Box."""
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> dict[str, AgentStep]: ...
+
+    @abstractmethod
+    def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]: ...
+
+    def close(self) -> None:
+        """Release simulator resources."""

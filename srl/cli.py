@@ -1,0 +1,105 @@
+"""The `srl` command: train, status, configs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from srl.api.config import ConfigError, apply_overrides, bundled_configs, read_config_file, validate
+
+EXIT_CONFIG = 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides)
+    config_name = args.config
+    if config_name and "=" in config_name:
+        overrides.insert(0, config_name)
+        config_name = None
+    try:
+        if args.resume:
+            run_dir = Path(args.resume)
+            data = read_config_file(str(run_dir / "config.yaml"))
+        elif config_name:
+            data = read_config_file(config_name)
+        else:
+            raise ConfigError("train: give a CONFIG (bundled name or YAML path) or --resume DIR")
+        config = validate(apply_overrides(data, overrides))
+    except ConfigError as exc:
+        print(f"srl: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if not args.resume:
+        run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
+        if (run_dir / "summary.json").exists() or (run_dir / "status.json").exists():
+            print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
+            return EXIT_CONFIG
+    from srl.launch.controller import Controller  # heavy imports only once the config is valid
+
+    print(f"srl: run directory {run_dir}", file=sys.stderr)
+    summary = Controller(config, run_dir, resume=bool(args.resume)).run()
+    print(json.dumps(summary, indent=1))
+    return 0 if not summary.get("errors") else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from srl.launch.run_dir import read_status
+
+    try:
+        status = read_status(args.run_dir)
+    except FileNotFoundError as exc:
+        print(f"srl: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"run {status['run_id']} ({status['state']}, {status['env_steps']:,} env steps)")
+    for column in ("name", "kind", "pid", "host", "state", "fps", "restarts", "heartbeat_age_s", "streams"):
+        table.add_column(column)
+    for w in status["workers"]:
+        streams = ", ".join(f"{k}:{v}" for k, v in w.get("streams", {}).items())
+        table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
+                      str(w["restarts"]), str(w.get("heartbeat_age_s")), streams)
+    Console().print(table)
+    return 0
+
+
+def _configs(args: argparse.Namespace) -> int:
+    for name in bundled_configs():
+        print(name)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="srl", description="SRL: really scalable reinforcement learning")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train an experiment")
+    train.add_argument("config", nargs="?", help="bundled config name or YAML path")
+    train.add_argument("overrides", nargs="*", help="key.sub=value overrides (anywhere on the line)")
+    train.add_argument("--run-dir", help="where to write the run (default runs/<name>/<timestamp>)")
+    train.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    train.set_defaults(fn=_train)
+    status = sub.add_parser("status", help="show a run's workers")
+    status.add_argument("run_dir")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(fn=_status)
+    configs = sub.add_parser("configs", help="list bundled configs")
+    configs.set_defaults(fn=_configs)
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if "=" not in a or a.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        if args.command != "train":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

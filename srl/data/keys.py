@@ -1,0 +1,23 @@
+"""Batch keys, declared once. Every module names sample fields through these constants.
+
+A sample batch is time-major: leaves are shaped [T + 1, B, ...], where B counts
+(env, agent) rows and the extra last step carries the observation (and its value)
+used to bootstrap the return; consecutive trajectories overlap by that one step.
+
+Row t holds the observation o_t, what the policy did with it (action, log-prob, value,
+the RNN state it started from, its version) and what the env answered (the reward for
+that action and whether the episode ended after it).
+"""
+
+OBS = "obs"
+ACTION = "action"
+LOGPROB = "logprob"
+VALUE = "value"
+REWARD = "reward"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+RNN_STATE = "rnn_state"
+#: Policy version that produced the action in this row.
+VERSION = "policy_version"
+#: 1.0 where the row belongs to a live agent; agents that finished early are masked out.
+ALIVE = "alive"

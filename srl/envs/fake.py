@@ -1,0 +1,56 @@
+"""A tiny deterministic env for tests and examples.
+
+Each agent sees `[env_tag, t, last_action]` and earns 1 when its action equals
+`t % n_actions`, so a learner can solve it and a test can check which action reached
+which env at which step. Episodes last `episode_length` steps and end by truncation.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from srl.api.env import AgentStep, Env
+from srl.data import keys
+
+
+class FakeEnv(Env):
+    def __init__(self, n_agents: int = 1, n_actions: int = 3, episode_length: int = 10, tag: float = 0.0,
+                 step_sleep_s: float = 0.0) -> None:
+        self.agent_ids = tuple(f"agent_{i}" for i in range(n_agents))
+        self.n_actions = n_actions
+        self.episode_length = episode_length
+        self.tag = tag
+        self.step_sleep_s = step_sleep_s
+        self.t = 0
+        self.history: list[dict[str, int]] = []
+        self._obs_space = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)})
+
+    def observation_space(self, agent: str) -> gym.spaces.Dict:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(self.n_actions)
+
+    def _steps(self, actions: dict[str, np.ndarray] | None) -> dict[str, AgentStep]:
+        out = {}
+        for i, agent in enumerate(self.agent_ids):
+            last = -1 if actions is None else int(actions[agent])
+            obs = {keys.OBS: np.array([self.tag + i, self.t, last], np.float32)}
+            reward = 0.0 if actions is None else float(last == (self.t - 1) % self.n_actions)
+            out[agent] = AgentStep(obs, reward, False, self.t >= self.episode_length and actions is not None)
+        return out
+
+    def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
+        if seed is not None:
+            self.tag = float(seed)
+        self.t = 0
+        return self._steps(None)
+
+    def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
+        if self.step_sleep_s:
+            import time
+            time.sleep(self.step_sleep_s)
+        self.history.append({a: int(actions[a]) for a in self.agent_ids})
+        self.t += 1
+        return self._steps(actions)

@@ -1,0 +1,250 @@
+"""The controller: builds the worker graph, launches it, watches heartbeats, stops it cleanly.
+
+It listens on the control link; every worker heartbeats its stats there and reads the
+answer ("ok" or "stop"). The controller aggregates those stats into metrics, checks the
+stop conditions, and on stop (or Ctrl-C, or a failed worker) tells every worker to stop,
+waits, kills stragglers by PID, and removes every shared-memory segment of the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srl.api.config import ExperimentConfig, dump
+from srl.launch.graph import build_graph
+from srl.launch.local import LocalLauncher
+from srl.launch.run_dir import RunDir
+from srl.streams import shm
+from srl.streams.link import LinkServer, StreamContext
+from srl.streams.names import DirectoryNameService
+from srl.workers import checkpoint
+from srl.workers.base import CONTROL_KEY, WorkerSpec
+from srl.workers.entry import ContextSpec
+
+log = logging.getLogger(__name__)
+
+RETURN_WINDOW = 100
+STARTUP_GRACE_S = 120.0
+
+
+@dataclass
+class WorkerState:
+    spec: WorkerSpec
+    pid: int | None = None
+    host: str = ""
+    state: str = "starting"
+    last_heartbeat: float = 0.0
+    restarts: int = 0
+    endpoints: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def row(self, now: float) -> dict[str, Any]:
+        return {"name": self.spec.name, "kind": self.spec.kind, "pid": self.pid, "host": self.host,
+                "state": self.state, "fps": round(float(self.stats.get("fps", 0.0)), 1), "restarts": self.restarts,
+                "heartbeat_age_s": round(now - self.last_heartbeat, 2) if self.last_heartbeat else None,
+                "endpoints": self.endpoints, "dropped": self.stats.get("dropped", 0),
+                "streams": {k: v.transport for k, v in self.spec.streams.items()}}
+
+
+class Progress:
+    """One live line: env steps, fps, mean return, policy version, elapsed."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+
+    def show(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        ret = record["episode_return_mean"]
+        self.console.print(
+            f"env_steps {record['env_steps']:>10,}  fps {record['fps']:>9,.0f}  "
+            f"return {'-' if ret is None else f'{ret:9.2f}'}  version {record['policy_version']:>5}  "
+            f"{record['time_s']:7.1f} s", highlight=False)
+
+
+class Controller:
+    def __init__(self, config: ExperimentConfig, run_dir: str | Path, resume: bool = False,
+                 launcher: LocalLauncher | None = None) -> None:
+        self.config = config
+        self.run_dir = RunDir(run_dir, config.log.tensorboard)
+        self.run_dir.write_config(dump(config))
+        self.resume = resume
+        self.launcher = launcher or LocalLauncher()
+        self.run_id = secrets.token_hex(4)
+        self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
+        self.context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
+                                   self.private_dir)
+        self.workers: dict[str, WorkerState] = {}
+        self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        self.env_steps_at_start = 0
+        self.finished_env_steps = 0  # from workers that exited or were replaced
+        self.stop_reason = ""
+        self._interrupted = False
+
+    # ------------------------------------------------------------------ aggregates
+    @property
+    def env_steps(self) -> int:
+        live = sum(w.stats.get("env_steps", 0) for w in self.workers.values() if w.spec.kind == "actor")
+        return self.env_steps_at_start + self.finished_env_steps + live
+
+    @property
+    def policy_version(self) -> int:
+        return max((w.stats.get("policy_version", 0) for w in self.workers.values() if w.spec.kind == "trainer"), default=0)
+
+    @property
+    def return_mean(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self) -> dict[str, Any]:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        ctx = self.context.build()
+        self.control = LinkServer(ctx, CONTROL_KEY, "shm")
+        self.started = time.monotonic()
+        try:
+            if self.resume and (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
+                self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
+            for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume):
+                self.workers[spec.name] = WorkerState(spec)
+                self.workers[spec.name].pid = self.launcher.start(spec, self.context)
+            self._monitor()
+        finally:
+            self._shutdown(ctx)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.summary
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._interrupted = True
+
+    def _monitor(self) -> None:
+        interval = self.config.log.report_interval_s
+        next_report = time.monotonic() + interval
+        last = (time.monotonic(), self.env_steps)
+        while not self.stop_reason:
+            message = self.control.recv(50)
+            if message is not None:
+                self._handle(message)
+            now = time.monotonic()
+            if self._interrupted:
+                self.stop_reason = "interrupted"
+            self._check_workers(now)
+            if now >= next_report:
+                last = self._report(now, last)
+                next_report = now + interval
+                self._check_stop(now)
+        self._report(time.monotonic(), last)
+
+    def _handle(self, message: Any) -> None:
+        meta = message.meta
+        worker = self.workers.get(str(meta.get("worker")))
+        if worker is None:
+            return
+        event = meta.get("event")
+        now = time.monotonic()
+        if event in ("heartbeat", "exit"):
+            stats = meta.get("stats") or {}
+            self.returns.extend(float(r) for r in stats.pop("episode_returns", []))
+            worker.stats = stats
+            worker.last_heartbeat = now
+            if event == "heartbeat":
+                worker.pid, worker.host = meta.get("pid", worker.pid), meta.get("host", worker.host)
+                worker.endpoints = list(meta.get("endpoints") or [])
+                worker.state = "running" if worker.state in ("starting", "running") else worker.state
+                command = "stop" if self.stop_reason else "ok"
+                self.control.send(message.client, 0, {"command": command, "info": {"env_steps": self.env_steps}})
+            else:
+                worker.state = "exited"
+        elif event == "error":
+            worker.state = "failed"
+            worker.error = str(meta.get("error", ""))
+            self.stop_reason = f"worker {worker.spec.name} failed: {worker.error.strip().splitlines()[-1] if worker.error.strip() else '?'}"
+
+    def _check_workers(self, now: float) -> None:
+        for name, worker in self.workers.items():
+            code = self.launcher.exitcode(name)
+            if code is not None and worker.state not in ("exited", "failed"):
+                worker.state = "failed"
+                self.stop_reason = f"worker {name} died with exit code {code}"
+            elif worker.state == "starting" and now - self.started > STARTUP_GRACE_S:
+                self.stop_reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s"
+
+    def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
+        steps = self.env_steps
+        fps = (steps - last[1]) / max(now - last[0], 1e-9)
+        trainer = next((w.stats for w in self.workers.values() if w.spec.kind == "trainer"), {})
+        record = {"time_s": round(now - self.started, 3), "env_steps": steps, "fps": round(fps, 1),
+                  "episode_return_mean": self.return_mean, "episodes": len(self.returns),
+                  "policy_version": self.policy_version, "trained_steps": trainer.get("trained_steps", 0),
+                  "dropped_stale": trainer.get("dropped_stale", 0), "train": trainer.get("train", {})}
+        self.run_dir.log_metrics(record)
+        self._progress.show(record)
+        self._write_status("running" if not self.stop_reason else "stopping", now)
+        return now, steps
+
+    @property
+    def _progress(self) -> Progress:
+        if not hasattr(self, "_progress_line"):
+            self._progress_line = Progress(self.config.log.progress)
+        return self._progress_line
+
+    def _write_status(self, state: str, now: float) -> None:
+        self.run_dir.write_status({"run_id": self.run_id, "state": state, "controller_pid": os.getpid(),
+                                   "launcher": self.launcher.name, "env_steps": self.env_steps,
+                                   "workers": [w.row(now) for w in self.workers.values()]})
+
+    def _check_stop(self, now: float) -> None:
+        stop = self.config.stop
+        if stop.env_steps is not None and self.env_steps >= stop.env_steps:
+            self.stop_reason = f"env_steps reached {stop.env_steps}"
+        elif stop.time_s is not None and now - self.started >= stop.time_s:
+            self.stop_reason = f"time_s reached {stop.time_s}"
+        elif (stop.episode_return is not None and len(self.returns) >= min(RETURN_WINDOW, 10)
+              and self.return_mean is not None and self.return_mean >= stop.episode_return):
+            self.stop_reason = f"episode_return_mean {self.return_mean:.1f} >= {stop.episode_return}"
+
+    def _shutdown(self, ctx: StreamContext) -> None:
+        self.stop_reason = self.stop_reason or "stopped"
+        wall = time.monotonic() - self.started
+        # Answer heartbeats with "stop" until every worker has said goodbye (or the grace runs out).
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and any(
+                self.launcher.exitcode(n) is None for n in self.workers if n in self.launcher.processes):
+            message = self.control.recv(50)
+            if message is not None:
+                self._handle(message)
+        self.launcher.stop_all(grace_s=1.0)
+        self.control.close()
+        removed = shm.sweep(ctx.shm_prefix)
+        if removed:
+            log.info("removed %d shared-memory segments left by workers", len(removed))
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if worker.state not in ("failed",):
+                worker.state = "stopped"
+        self._write_status("stopped", now)
+        self.summary = {"env_steps": self.env_steps, "episode_return_mean": self.return_mean,
+                        "wall_time_s": round(wall, 3),
+                        "fps": round((self.env_steps - self.env_steps_at_start) / max(wall, 1e-9), 1),
+                        "policy_version": self.policy_version, "stop_reason": self.stop_reason,
+                        "episodes": len(self.returns)}
+        failed = [w for w in self.workers.values() if w.error]
+        if failed:
+            self.summary["errors"] = {w.spec.name: w.error[-2000:] for w in failed}
+        self.run_dir.write_summary(self.summary)
+        self.run_dir.close()

@@ -1,0 +1,75 @@
+"""The worker graph: which workers exist and which stream joins which. Wiring lives here only.
+
+Every launcher places the same graph; it decides only where each worker runs, and
+from that (through `choose_transport`) which transport each stream uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from srl.api.config import ExperimentConfig
+from srl.streams.link import Transport
+from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
+
+SAMPLES = "samples/{}"
+INFERENCE = "inference/{}"
+PARAMETERS = "parameters"
+
+
+def choose_transport(forced: str, hosts: set[str]) -> Transport:
+    """Shared memory when every end is on one host, ZeroMQ otherwise, unless the config forces one."""
+    if forced != "auto":
+        return forced  # type: ignore[return-value]
+    return "shm" if len(hosts) <= 1 else "zmq"
+
+
+def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str], str],
+                resume: bool = False, control_transport: Transport = "shm") -> list[WorkerSpec]:
+    """Worker specs for `config`; `host_of(worker_name)` is the launcher's placement."""
+    c = config
+    remote = c.actors.inference == "remote"
+    trainers = [f"trainer.{i}" for i in range(c.trainers.count)]
+    policies = [f"policy.{i}" for i in range(c.policy_workers.count)] if remote else []
+    actors = [f"actor.{i}" for i in range(c.actors.count)]
+    env = c.env.model_dump()
+    policy = c.policy.model_dump()
+    control = StreamEnd(CONTROL_KEY, control_transport)
+    transport = lambda names: choose_transport(c.streams.transport, {host_of(n) for n in names})  # noqa: E731
+
+    # Every stream's transport is decided once, from the hosts of all its ends.
+    param_readers = policies if remote else actors
+    parameters = StreamEnd(PARAMETERS, transport([trainers[0], *param_readers]))
+    trainer_of = {a: i % len(trainers) for i, a in enumerate(actors)}
+    server_of = {a: i % len(policies) for i, a in enumerate(actors)} if remote else {}
+    samples = [StreamEnd(SAMPLES.format(i), transport([t, *(a for a in actors if trainer_of[a] == i)]))
+               for i, t in enumerate(trainers)]
+    inference = [StreamEnd(INFERENCE.format(i), transport([p, *(a for a in actors if server_of[a] == i)]))
+                 for i, p in enumerate(policies)]
+
+    specs = []
+    for i, name in enumerate(trainers):
+        specs.append(WorkerSpec(
+            name, "trainer", i, c.seed,
+            settings={"env": env, "policy": policy, "algorithm": c.algorithm.model_dump(),
+                      "trainers": c.trainers.model_dump(), "checkpoint": c.checkpoint.model_dump(), "resume": resume},
+            streams={"samples": samples[i], "parameters": parameters},
+            control=control, run_dir=run_dir))
+    for i, name in enumerate(policies):
+        specs.append(WorkerSpec(
+            name, "policy", i, c.seed,
+            settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
+            streams={"inference": inference[i], "parameters": parameters},
+            control=control, run_dir=run_dir))
+    for i, name in enumerate(actors):
+        streams = {"samples": samples[trainer_of[name]]}
+        if remote:
+            streams["inference"] = inference[server_of[name]]
+        else:
+            streams["parameters"] = parameters
+        specs.append(WorkerSpec(
+            name, "actor", i, c.seed,
+            settings={"env": env, "policy": policy, "actors": c.actors.model_dump(),
+                      "sample_slots": c.streams.sample_slots},
+            streams=streams, control=control, run_dir=run_dir))
+    return specs

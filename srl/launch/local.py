@@ -1,0 +1,66 @@
+"""The local launcher: every worker a process on this machine, no external service.
+
+Workers are forked from a fork server that has already imported torch and srl, so a
+worker (or a restarted one) starts in milliseconds instead of re-importing everything.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+from multiprocessing.process import BaseProcess
+
+from srl.workers.base import WorkerSpec
+from srl.workers.entry import ContextSpec, run_worker
+
+
+class LocalLauncher:
+    name = "local"
+
+    def __init__(self) -> None:
+        self._mp = mp.get_context("forkserver")
+        self._mp.set_forkserver_preload(["srl.workers.entry"])
+        self.processes: dict[str, BaseProcess] = {}
+        self.host = socket.gethostname()
+
+    def host_of(self, worker: str) -> str:
+        return self.host
+
+    def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
+        process = self._mp.Process(target=run_worker, args=(spec, context), name=spec.name, daemon=False)
+        process.start()
+        self.processes[spec.name] = process
+        return process.pid or 0
+
+    def exitcode(self, worker: str) -> int | None:
+        return self.processes[worker].exitcode
+
+    def pid(self, worker: str) -> int | None:
+        return self.processes[worker].pid
+
+    def signal(self, worker: str, sig: int) -> None:
+        process = self.processes[worker]
+        if process.exitcode is None and process.pid:
+            try:
+                os.kill(process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop_all(self, grace_s: float) -> None:
+        """Wait `grace_s` for every worker to exit, then SIGTERM, then SIGKILL what is left (by PID)."""
+        for sig, wait in ((None, grace_s), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            alive = [n for n, p in self.processes.items() if p.exitcode is None]
+            if not alive:
+                break
+            if sig is not None:
+                for name in alive:
+                    self.signal(name, sig)
+            deadline = time.monotonic() + wait
+            for name in alive:
+                self.processes[name].join(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        self.stop_all(0.0)

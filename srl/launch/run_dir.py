@@ -1,0 +1,72 @@
+"""A run on disk: config.yaml, metrics.jsonl, TensorBoard events, status.json, summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+METRICS = "metrics.jsonl"
+STATUS = "status.json"
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class RunDir:
+    def __init__(self, path: str | Path, tensorboard: bool) -> None:
+        self.path = Path(path)
+        (self.path / "logs").mkdir(parents=True, exist_ok=True)
+        (self.path / "checkpoints").mkdir(exist_ok=True)
+        self._metrics = open(self.path / METRICS, "a", buffering=1)
+        self._tb = None
+        if tensorboard:
+            # Imported lazily: torch's writer is heavy and only the controller needs it.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.path / "tensorboard"))
+
+    def write_config(self, text: str) -> None:
+        (self.path / CONFIG).write_text(text)
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        self._metrics.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            step = record["env_steps"]
+            for key, value in _flatten(record):
+                if key not in ("env_steps", "time_s") and isinstance(value, (int, float)) and value is not None:
+                    self._tb.add_scalar(key, value, step)
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        write_json_atomic(self.path / STATUS, status)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.path / SUMMARY, summary)
+
+    def close(self) -> None:
+        self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _flatten(record: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out += _flatten(value, f"{prefix}{key}/")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def read_status(path: str | Path) -> dict[str, Any]:
+    status_file = Path(path) / STATUS
+    if not status_file.exists():
+        raise FileNotFoundError(f"{path} is not a run directory (no {STATUS})")
+    return json.loads(status_file.read_text())

@@ -1,0 +1,69 @@
+"""Action heads: a network output becomes a distribution over the env's action space."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+
+class ActionHead(nn.Module):
+    """Maps features to a distribution; `log_prob` and `entropy` sum over action dims."""
+
+    def __init__(self, in_dim: int, space: gym.Space) -> None:
+        super().__init__()
+        self.space = space
+        if isinstance(space, gym.spaces.Discrete):
+            self.nvec = [int(space.n)]
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            self.nvec = [int(n) for n in np.asarray(space.nvec).reshape(-1)]
+        elif isinstance(space, gym.spaces.Box):
+            self.nvec = []
+            dim = int(np.prod(space.shape))
+            self.log_std = nn.Parameter(torch.zeros(dim))  # state-independent, as in PPO's paper
+        else:
+            raise TypeError(f"unsupported action space {space}")
+        self.linear = nn.Linear(in_dim, sum(self.nvec) if self.nvec else int(np.prod(space.shape)))
+        nn.init.orthogonal_(self.linear.weight, 0.01)
+        nn.init.zeros_(self.linear.bias)
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        if isinstance(self.space, gym.spaces.Discrete):
+            return ()
+        return tuple(self.space.shape)
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        return np.dtype(np.float32) if not self.nvec else np.dtype(np.int64)
+
+    def forward(self, features: torch.Tensor) -> list[torch.distributions.Distribution]:
+        out = self.linear(features)
+        if not self.nvec:
+            return [Normal(out, self.log_std.exp().expand_as(out))]
+        return [Categorical(logits=logits) for logits in out.split(self.nvec, dim=-1)]
+
+    def sample(self, dists: list[torch.distributions.Distribution], deterministic: bool) -> torch.Tensor:
+        if not self.nvec:
+            action = dists[0].mean if deterministic else dists[0].sample()
+            return action.reshape(*action.shape[:-1], *self.action_shape)
+        parts = [d.probs.argmax(-1) if deterministic else d.sample() for d in dists]
+        if isinstance(self.space, gym.spaces.Discrete):
+            return parts[0]
+        return torch.stack(parts, -1).reshape(*parts[0].shape, *self.action_shape)
+
+    def log_prob(self, dists: list[torch.distributions.Distribution], action: torch.Tensor) -> torch.Tensor:
+        if not self.nvec:
+            flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
+            return dists[0].log_prob(flat).sum(-1)
+        if isinstance(self.space, gym.spaces.Discrete):
+            return dists[0].log_prob(action)
+        flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
+        return sum(d.log_prob(flat[..., i]) for i, d in enumerate(dists))
+
+    def entropy(self, dists: list[torch.distributions.Distribution]) -> torch.Tensor:
+        if not self.nvec:
+            return dists[0].entropy().sum(-1)
+        return sum(d.entropy() for d in dists)

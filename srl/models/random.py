@@ -1,0 +1,43 @@
+"""A policy that acts uniformly at random: a fake for tests and a baseline for benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from srl.api.policy import Policy
+from srl.data import keys
+from srl.data.named_array import NamedArray
+
+
+class RandomPolicy(Policy):
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, seed: int = 0, **_: Any) -> None:
+        self.action_space = action_space
+        self.rng = np.random.default_rng(seed)
+        self.version = 0
+
+    def initial_state(self, batch: int) -> NamedArray:
+        return NamedArray()
+
+    def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+        n = len(obs)
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            action = self.rng.integers(0, space.n, n)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            action = self.rng.integers(0, space.nvec, (n, *space.shape))
+        else:
+            action = self.rng.uniform(space.low, space.high, (n, *space.shape)).astype(np.float32)
+        zeros = np.zeros(n, np.float32)
+        return NamedArray({keys.ACTION: action, keys.LOGPROB: zeros, keys.VALUE: zeros})
+
+    def analyze(self, batch: Any) -> Any:
+        raise NotImplementedError("a random policy does not train")
+
+    def get_params(self) -> NamedArray:
+        return NamedArray()
+
+    def set_params(self, params: NamedArray, version: int) -> None:
+        self.version = version

@@ -1,0 +1,106 @@
+"""The inference stream: actors ask, policy workers answer, one request per ring slot.
+
+`InferenceClient` is what an actor sees. `RemoteInference` sends each slot's
+observations to a policy worker and collects replies; `InlineInference` runs the policy
+in the actor itself (cheaper than a round trip for a small CPU network). The actor's
+code is the same for both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+
+import numpy as np
+
+from srl.api.policy import Policy
+from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.streams.link import LinkClient, LinkServer, Received, StreamContext, Transport
+from srl.streams.parameters import ParameterSubscriber
+
+
+class InferenceClient(ABC):
+    @abstractmethod
+    def request(self, slot: int, request: NamedArray) -> None:
+        """Ask for actions for `request` (obs and rnn_state of one ring slot)."""
+
+    @abstractmethod
+    def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
+        """(slot, reply) for some earlier request, or None on timeout. Read it before re-requesting the slot."""
+
+    def close(self) -> None:
+        pass
+
+
+class RemoteInference(InferenceClient):
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str) -> None:
+        self.link = LinkClient(ctx, key, transport, name)
+
+    def request(self, slot: int, request: NamedArray) -> None:
+        self.link.send(slot, {}, request)
+
+    def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
+        got = self.link.recv(timeout_ms)
+        if got is None or got.arrays is None:
+            return None
+        return got.slot, got.arrays
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class InlineInference(InferenceClient):
+    """Runs `policy` in-process, taking the newest parameters before each forward pass."""
+
+    def __init__(self, policy: Policy, params: ParameterSubscriber | None) -> None:
+        self.policy = policy
+        self.params = params
+        self.ready: deque[tuple[int, NamedArray]] = deque()
+
+    def request(self, slot: int, request: NamedArray) -> None:
+        if self.params is not None and (new := self.params.poll()) is not None:
+            self.policy.set_params(new[1], new[0])
+        self.ready.append((slot, serve(self.policy, request)))
+
+    def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
+        return self.ready.popleft() if self.ready else None
+
+    def close(self) -> None:
+        if self.params is not None:
+            self.params.close()
+
+
+def serve(policy: Policy, request: NamedArray) -> NamedArray:
+    """One forward pass: the reply carries the policy's version for staleness checks."""
+    state = request[keys.RNN_STATE] if keys.RNN_STATE in request else NamedArray()
+    out = policy.rollout(request[keys.OBS], state)
+    out[keys.VERSION] = np.full(len(out[keys.ACTION]), policy.version, np.int64)
+    return out
+
+
+class InferenceServer:
+    """A policy worker's end: receive many requests, answer each."""
+
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
+        self.link = LinkServer(ctx, key, transport)
+
+    def receive(self, timeout_ms: int, max_requests: int = 1 << 30) -> list[Received]:
+        """Wait up to `timeout_ms` for one request, then take all others already waiting."""
+        first = self.link.recv(timeout_ms)
+        if first is None:
+            return []
+        batch = [first]
+        while len(batch) < max_requests and (more := self.link.recv(0)) is not None:
+            batch.append(more)
+        return [r for r in batch if r.arrays is not None]
+
+    def answer(self, request: Received, reply: NamedArray) -> None:
+        self.link.send(request.client, request.slot, {}, reply)
+
+    @property
+    def dropped(self) -> int:
+        return self.link.dropped
+
+    def close(self) -> None:
+        self.link.close()

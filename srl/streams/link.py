@@ -1,0 +1,239 @@
+"""Links: the one primitive under every stream. Many clients, one server, messages both ways.
+
+A link is a ZeroMQ DEALER (client) / ROUTER (server) pair. Every message carries a
+`slot` number chosen by the client (a ring slot for inference, a credit for samples);
+the reply to a slot goes back to the client that sent it.
+
+Two transports, one code path:
+
+* ``zmq``: arrays travel inside the message as raw frames over TCP, tagged with the
+  run's secret (see `srl.data.wire`).
+* ``shm``: arrays are laid out in a shared-memory segment owned by the sender; only a
+  small descriptor crosses a Unix socket in a directory private to the run's user.
+  The receiver gets views into the segment that stay valid until the same slot is
+  written again, which the stream protocols above never do before the reader is done.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import zmq
+
+from srl.data import wire
+from srl.data.named_array import NamedArray
+from srl.streams.names import NameService
+from srl.streams.shm import PREFIX, Segment
+
+Transport = Literal["shm", "zmq"]
+_SHM_KEY = "_shm"
+_SLOT_KEY = "_slot"
+
+
+@dataclass
+class StreamContext:
+    """What a process needs to open links: the run's identity, secret and name service."""
+
+    run_id: str
+    secret: bytes
+    names: NameService
+    ipc_dir: str
+    host: str = "127.0.0.1"
+    zmq_context: zmq.Context = field(default_factory=zmq.Context.instance, repr=False)
+
+    @property
+    def shm_prefix(self) -> str:
+        return f"{PREFIX}{self.run_id}_"
+
+
+@dataclass
+class Received:
+    slot: int
+    meta: dict[str, Any]
+    arrays: NamedArray | None
+    client: bytes = b""
+
+
+class ShmWriter:
+    """Slots in segments owned by this writer; grows (new segment) when a message doesn't fit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.segment: Segment | None = None
+        self.generation = 0
+        self.slot_bytes = 0
+        self.nslots = 0
+
+    def write(self, slot: int, meta: dict[str, Any], arrays: NamedArray) -> list[Any]:
+        need = wire.packed_size(meta, arrays)
+        if self.segment is None or need > self.slot_bytes or slot >= self.nslots:
+            self._grow(max(need, self.slot_bytes), max(slot + 1, self.nslots))
+        offset = slot * self.slot_bytes
+        assert self.segment is not None
+        used = wire.pack_into(self.segment.buf[offset:offset + self.slot_bytes], meta, arrays)
+        return [self.segment.name, offset, used]
+
+    def _grow(self, slot_bytes: int, nslots: int) -> None:
+        if self.segment is not None:
+            self.segment.close()  # unlinks; a reader's existing mapping stays valid
+        self.generation += 1
+        self.slot_bytes = -(-int(slot_bytes * 1.25 + 64) // 4096) * 4096
+        self.nslots = nslots
+        self.segment = Segment.create(f"{self.name}_g{self.generation}", self.slot_bytes * nslots)
+
+    def close(self) -> None:
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
+
+
+class ShmReader:
+    """Attaches the segments named in descriptors, keeping one mapping per writer."""
+
+    def __init__(self, prefix: str) -> None:
+        self._valid = re.compile(rf"^{re.escape(prefix)}[A-Za-z0-9_.\-]+_g\d+$")
+        self._segments: dict[str, Segment] = {}
+
+    def read(self, descriptor: Any) -> tuple[dict[str, Any], NamedArray | None]:
+        if not (isinstance(descriptor, list) and len(descriptor) == 3):
+            raise wire.WireError("bad shared-memory descriptor")
+        name, offset, nbytes = descriptor
+        if not (isinstance(name, str) and self._valid.match(name) and type(offset) is int and type(nbytes) is int):
+            raise wire.WireError(f"bad shared-memory descriptor {descriptor!r:.100}")
+        writer = name.rsplit("_g", 1)[0]
+        segment = self._segments.get(writer)
+        if segment is None or segment.name != name:
+            if segment is not None:
+                segment.close()
+            try:
+                segment = self._segments[writer] = Segment.attach(name)
+            except FileNotFoundError:
+                raise wire.WireError(f"shared-memory segment {name} is gone") from None
+        if offset < 0 or nbytes < 0 or offset + nbytes > segment.size:
+            raise wire.WireError("descriptor points outside its segment")
+        return wire.unpack_from(segment.buf[offset:offset + nbytes])
+
+    def close(self) -> None:
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+
+
+class _Endpoint:
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, socket_type: int) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.transport = transport
+        self.socket = ctx.zmq_context.socket(socket_type)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        # Over TCP every message is tagged; Unix sockets live in a directory only we can read.
+        self.secret = ctx.secret if transport == "zmq" else None
+        self.reader = ShmReader(ctx.shm_prefix) if transport == "shm" else None
+        self.dropped = 0
+        self.last_error = ""
+
+    def _encode(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None, writer: ShmWriter | None) -> list[Any]:
+        meta = {**meta, _SLOT_KEY: slot}
+        if arrays is not None and writer is not None:
+            meta[_SHM_KEY] = writer.write(slot, meta, arrays)
+            arrays = None
+        return wire.encode(meta, arrays, self.secret)
+
+    def _decode(self, frames: list[Any]) -> Received | None:
+        try:
+            meta, arrays = wire.decode(frames, self.secret)
+            slot = meta.pop(_SLOT_KEY, None)
+            if type(slot) is not int:
+                raise wire.WireError("message has no slot")
+            descriptor = meta.pop(_SHM_KEY, None)
+            if descriptor is not None:
+                if self.reader is None:
+                    raise wire.WireError("shared-memory descriptor on a network link")
+                meta, arrays = self.reader.read(descriptor)
+                meta.pop(_SLOT_KEY, None)
+                meta.pop(_SHM_KEY, None)
+            return Received(slot, meta, arrays)
+        except wire.WireError as exc:
+            self.dropped += 1
+            self.last_error = str(exc)
+            return None
+
+    def _poll(self, timeout_ms: int) -> bool:
+        return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        if self.reader is not None:
+            self.reader.close()
+
+
+class LinkServer(_Endpoint):
+    """Binds, registers its address under `key`, receives from many clients and replies."""
+
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
+        super().__init__(ctx, key, transport, zmq.ROUTER)
+        if transport == "shm":
+            self.address = f"ipc://{ctx.ipc_dir}/{key.replace('/', '.')}.{secrets.token_hex(3)}"
+            self.socket.bind(self.address)
+        else:
+            self.socket.bind(f"tcp://{ctx.host}:0")
+            self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._writers: dict[bytes, ShmWriter] = {}
+        ctx.names.register(key, self.address)
+
+    def recv(self, timeout_ms: int = 0) -> Received | None:
+        """The next valid message, or None on timeout. Invalid messages are dropped and counted."""
+        while timeout_ms < 0 or self._poll(timeout_ms):
+            frames = self.socket.recv_multipart(copy=False)
+            received = self._decode(frames[1:]) if len(frames) > 1 else None
+            if received is not None:
+                received.client = frames[0].bytes
+                return received
+            if len(frames) <= 1:
+                self.dropped += 1
+            timeout_ms = 0  # dropped one; look for another already waiting
+        return None
+
+    def send(self, client: bytes, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
+        writer = None
+        if self.transport == "shm" and arrays is not None:
+            writer = self._writers.get(client)
+            if writer is None:
+                name = f"{self.ctx.shm_prefix}{self.key.replace('/', '.')}_r{len(self._writers)}"
+                writer = self._writers[client] = ShmWriter(name)
+        # copy=True: zmq may send after we return, and callers reuse their arrays at once.
+        self.socket.send_multipart([client, *self._encode(slot, meta, arrays, writer)], copy=True)
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        super().close()
+
+
+class LinkClient(_Endpoint):
+    """Connects to the server registered under `key`; sends to it and receives its replies."""
+
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, lookup_timeout_s: float = 60.0) -> None:
+        super().__init__(ctx, key, transport, zmq.DEALER)
+        self.address = ctx.names.lookup(key, lookup_timeout_s)
+        self.socket.connect(self.address)
+        self.writer = ShmWriter(f"{ctx.shm_prefix}{name}_{key.replace('/', '.')}") if transport == "shm" else None
+
+    def send(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
+        self.socket.send_multipart(self._encode(slot, meta, arrays, self.writer), copy=True)
+
+    def recv(self, timeout_ms: int = 0) -> Received | None:
+        while timeout_ms < 0 or self._poll(timeout_ms):
+            received = self._decode(self.socket.recv_multipart(copy=False))
+            if received is not None:
+                return received
+            timeout_ms = 0
+        return None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        super().close()

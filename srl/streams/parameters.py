@@ -1,0 +1,196 @@
+"""The parameter stream: one publisher, many subscribers, versioned; subscribers take the newest.
+
+`shm`: the publisher keeps the latest parameters in a shared-memory segment guarded by a
+sequence lock; a subscriber checks one integer to learn whether anything is new, so
+polling between inference batches costs nothing.
+
+`zmq`: PUB/SUB over TCP with tagged messages. A background thread receives and decodes,
+so a large model never stalls the subscriber's loop; the publisher re-sends the latest
+version now and then for subscribers that joined (or restarted) after it was published.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+import zmq
+
+from srl.data import wire
+from srl.data.named_array import NamedArray
+from srl.streams.link import ShmReader, ShmWriter, StreamContext, Transport
+from srl.streams.shm import Segment
+
+_CONTROL = struct.Struct("<QQ")  # sequence (odd while writing), version + 1 (0: nothing yet)
+_CONTROL_BYTES = 4096
+REPUBLISH_S = 1.0
+
+
+class ParameterPublisher(ABC):
+    @abstractmethod
+    def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None: ...
+
+    def tick(self) -> None:
+        """Called from the publisher's loop; lets a transport re-send for late joiners."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class ParameterSubscriber(ABC):
+    @abstractmethod
+    def poll(self) -> tuple[int, NamedArray, dict[str, Any]] | None:
+        """(version, params, meta) if a version newer than the last one returned exists, else None."""
+
+    def wait(self, timeout_s: float = 60.0) -> tuple[int, NamedArray, dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while (got := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no parameters were published")
+            time.sleep(0.005)
+        return got
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class ShmParameterPublisher(ParameterPublisher):
+    def __init__(self, ctx: StreamContext, key: str) -> None:
+        base = f"{ctx.shm_prefix}{key.replace('/', '.')}"
+        self.control = Segment.create(f"{base}_ctl", _CONTROL_BYTES)
+        self.writer = ShmWriter(f"{base}_data")
+        self.seq = 0
+        ctx.names.register(key, self.control.name)
+
+    def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
+        self.seq += 1  # odd: readers back off
+        _CONTROL.pack_into(self.control.buf, 0, self.seq, 0)
+        descriptor = self.writer.write(0, {**(meta or {}), "version": version}, params)
+        encoded = wire.encode({"d": descriptor})[0]
+        self.control.buf[_CONTROL.size:_CONTROL.size + 4] = struct.pack("<I", len(encoded))
+        self.control.buf[_CONTROL.size + 4:_CONTROL.size + 4 + len(encoded)] = encoded
+        self.seq += 1
+        _CONTROL.pack_into(self.control.buf, 0, self.seq, version + 1)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.control.close()
+
+
+class ShmParameterSubscriber(ParameterSubscriber):
+    def __init__(self, ctx: StreamContext, key: str, lookup_timeout_s: float = 60.0) -> None:
+        self.control = Segment.attach(ctx.names.lookup(key, lookup_timeout_s))
+        self.reader = ShmReader(ctx.shm_prefix)
+        self.version = -1
+
+    def poll(self) -> tuple[int, NamedArray, dict[str, Any]] | None:
+        for _ in range(100):
+            seq, version_plus_one = _CONTROL.unpack_from(self.control.buf, 0)
+            if seq % 2 or version_plus_one - 1 <= self.version:
+                if seq % 2 == 0:
+                    return None
+                time.sleep(0.0005)
+                continue
+            (length,) = struct.unpack_from("<I", self.control.buf, _CONTROL.size)
+            header = bytes(self.control.buf[_CONTROL.size + 4:_CONTROL.size + 4 + length])
+            try:
+                meta, params = self.reader.read(wire.decode([header])[0]["d"])
+                params = params.copy() if params is not None else NamedArray()
+            except wire.WireError:
+                continue  # torn read while the publisher moved to a new segment
+            if _CONTROL.unpack_from(self.control.buf, 0)[0] != seq:
+                continue  # the publisher wrote while we copied
+            self.version = int(meta.pop("version"))
+            return self.version, params, meta
+        return None
+
+    def close(self) -> None:
+        self.reader.close()
+        self.control.close()
+
+
+class ZmqParameterPublisher(ParameterPublisher):
+    def __init__(self, ctx: StreamContext, key: str) -> None:
+        self.socket = ctx.zmq_context.socket(zmq.PUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, 2)  # slow subscribers skip versions, never queue them
+        self.socket.bind(f"tcp://{ctx.host}:0")
+        self.secret = ctx.secret
+        self.frames: list[Any] | None = None
+        self.last_sent = 0.0
+        ctx.names.register(key, self.socket.getsockopt_string(zmq.LAST_ENDPOINT))
+
+    def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
+        # Copy: the trainer keeps updating its tensors while zmq sends asynchronously.
+        self.frames = wire.encode({**(meta or {}), "version": version}, params.copy(), self.secret)
+        self._send()
+
+    def _send(self) -> None:
+        assert self.frames is not None
+        self.socket.send_multipart(self.frames, copy=False)
+        self.last_sent = time.monotonic()
+
+    def tick(self) -> None:
+        if self.frames is not None and time.monotonic() - self.last_sent > REPUBLISH_S:
+            self._send()
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class ZmqParameterSubscriber(ParameterSubscriber):
+    def __init__(self, ctx: StreamContext, key: str, lookup_timeout_s: float = 60.0) -> None:
+        self.socket = ctx.zmq_context.socket(zmq.SUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 2)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.connect(ctx.names.lookup(key, lookup_timeout_s))
+        self.secret = ctx.secret
+        self.version = -1
+        self.dropped = 0
+        self._latest: tuple[int, NamedArray, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True, name="param-sub")
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self.socket.poll(100):
+                    continue
+                frames = self.socket.recv_multipart(copy=False)
+            except zmq.ZMQError:
+                return
+            try:
+                meta, params = wire.decode(frames, self.secret)
+                version = int(meta.pop("version"))
+            except (wire.WireError, KeyError, TypeError, ValueError):
+                self.dropped += 1
+                continue
+            with self._lock:
+                if version > self.version and (self._latest is None or version > self._latest[0]):
+                    self._latest = (version, params.copy() if params is not None else NamedArray(), meta)
+
+    def poll(self) -> tuple[int, NamedArray, dict[str, Any]] | None:
+        with self._lock:
+            latest, self._latest = self._latest, None
+        if latest is not None:
+            self.version = latest[0]
+        return latest
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
+        self.socket.close(linger=0)
+
+
+def open_publisher(ctx: StreamContext, key: str, transport: Transport) -> ParameterPublisher:
+    return ShmParameterPublisher(ctx, key) if transport == "shm" else ZmqParameterPublisher(ctx, key)
+
+
+def open_subscriber(ctx: StreamContext, key: str, transport: Transport) -> ParameterSubscriber:
+    return ShmParameterSubscriber(ctx, key) if transport == "shm" else ZmqParameterSubscriber(ctx, key)

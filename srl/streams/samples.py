@@ -1,0 +1,60 @@
+"""The sample stream: many actors push trajectories to a trainer, with backpressure.
+
+Each producer holds `slots` credits. Sending spends one; the consumer returns it once
+it has copied the trajectory out. A producer with no credit left waits, so a slow
+trainer slows the actors down instead of growing a queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from srl.data.named_array import NamedArray
+from srl.streams.link import LinkClient, LinkServer, StreamContext, Transport
+
+
+class SampleProducer:
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, slots: int) -> None:
+        self.link = LinkClient(ctx, key, transport, name)
+        self.free = list(range(slots))
+
+    def _collect_credits(self, timeout_ms: int) -> None:
+        while (got := self.link.recv(timeout_ms)) is not None:
+            self.free.append(got.slot)
+            timeout_ms = 0
+
+    def put(self, batch: NamedArray, meta: dict[str, Any] | None = None,
+            while_waiting: Callable[[], bool] | None = None) -> bool:
+        """Send `batch`; waits for a credit, calling `while_waiting` every 100 ms (return False to give up)."""
+        self._collect_credits(0)
+        while not self.free:
+            self._collect_credits(100)
+            if not self.free and while_waiting is not None and not while_waiting():
+                return False
+        self.link.send(self.free.pop(), meta or {}, batch)
+        return True
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class SampleConsumer:
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
+        self.link = LinkServer(ctx, key, transport)
+
+    def get(self, timeout_ms: int) -> tuple[dict[str, Any], NamedArray] | None:
+        """The next trajectory (a private copy) and its meta, or None on timeout."""
+        got = self.link.recv(timeout_ms)
+        if got is None:
+            return None
+        batch = got.arrays.copy() if got.arrays is not None else None
+        self.link.send(got.client, got.slot, {})  # credit back: the slot is free again
+        return (got.meta, batch) if batch is not None else None
+
+    @property
+    def dropped(self) -> int:
+        return self.link.dropped
+
+    def close(self) -> None:
+        self.link.close()

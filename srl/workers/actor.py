@@ -1,0 +1,69 @@
+"""The actor worker: a thin shell around an `EnvRing`, an inference client and a sample producer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
+from srl.streams.parameters import open_subscriber
+from srl.streams.samples import SampleProducer
+from srl.workers.base import Worker
+from srl.workers.components import make_env, make_policy
+from srl.workers.env_ring import EnvRing, make_slots, spaces_of
+
+
+class ActorWorker(Worker):
+    def setup(self) -> None:
+        s = self.spec.settings
+        actors = s["actors"]
+        make = lambda: make_env(s["env"])  # noqa: E731
+        slots = make_slots(make, actors["ring_size"], actors["envs_per_slot"],
+                           seed=self.spec.seed + 100_000 * self.spec.index)
+        self.inference: InferenceClient
+        initial_state = None
+        if actors["inference"] == "inline":
+            policy = make_policy(s["policy"], *spaces_of(slots[0].envs[0]))
+            params = self.spec.streams["parameters"]
+            subscriber = open_subscriber(self.ctx, params.key, params.transport)
+            version, weights, _ = subscriber.wait()
+            policy.set_params(weights, version)
+            self.inference = InlineInference(policy, subscriber)
+            initial_state = policy.initial_state
+        else:
+            inf = self.spec.streams["inference"]
+            self.inference = RemoteInference(self.ctx, inf.key, inf.transport, self.name)
+        self.ring = EnvRing(slots, actors["trajectory_length"], initial_state)
+        samples = self.spec.streams["samples"]
+        self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
+        self.started = time.monotonic()
+        self.trajectories = 0
+        for slot in range(self.ring.size):
+            self.inference.request(slot, self.ring.start(slot))
+
+    def poll(self) -> None:
+        got = self.inference.reply(100)
+        if got is None:
+            return
+        slot, reply = got
+        request, trajectory = self.ring.step(slot, reply)
+        self.inference.request(slot, request)
+        if trajectory is not None:
+            self.samples.put(trajectory, {"actor": self.name}, while_waiting=self.heartbeat)
+            self.trajectories += 1
+
+    def stats(self) -> dict[str, Any]:
+        if not hasattr(self, "ring"):
+            return {}
+        returns, lengths = self.ring.pop_episodes()
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {"env_steps": self.ring.env_steps, "fps": self.ring.env_steps / elapsed,
+                "episode_returns": returns, "episode_lengths": lengths, "trajectories": self.trajectories}
+
+    def teardown(self) -> None:
+        for closable in ("inference", "samples"):
+            if hasattr(self, closable):
+                getattr(self, closable).close()
+        for slot in getattr(self, "ring", None).slots if hasattr(self, "ring") else []:
+            for env in slot.envs:
+                env.close()

@@ -1,0 +1,136 @@
+"""The worker shell: a loop, a control link to the controller, heartbeats, a clean exit.
+
+A worker kind implements `setup()`, `poll()` (one short unit of work that returns
+without blocking for long) and `teardown()`, and reports numbers from `stats()`.
+The shell sends a heartbeat with those stats every `heartbeat_s`; the controller's
+answer says whether to keep going. No answer for `orphan_timeout_s` means the
+controller is gone, and the worker exits on its own rather than linger as an orphan.
+
+    worker = ActorWorker(spec, ctx)
+    worker.run()      # setup(); while not stopped: poll(); heartbeat; teardown()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from srl.streams.link import LinkClient, StreamContext, Transport
+
+log = logging.getLogger(__name__)
+
+CONTROL_KEY = "control"
+
+
+@dataclass
+class StreamEnd:
+    """One end of a named stream: the name-service key and the transport to use."""
+
+    key: str
+    transport: Transport
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, and nothing more: its own sections of the config."""
+
+    name: str
+    kind: str
+    index: int
+    seed: int
+    #: Per-kind settings (plain dicts from the validated config sections this worker uses).
+    settings: dict[str, Any]
+    streams: dict[str, StreamEnd]
+    control: StreamEnd
+    run_dir: str
+    heartbeat_s: float = 0.5
+    orphan_timeout_s: float = 20.0
+    placement: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker(ABC):
+    def __init__(self, spec: WorkerSpec, ctx: StreamContext) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.name = spec.name
+        self._stopping = False
+        self._control: LinkClient | None = None
+        self._last_heartbeat = 0.0
+        self._last_ack = time.monotonic()
+        #: What the controller last told us beyond "keep going" (e.g. the run's env-step count).
+        self.controller_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ to implement
+    @abstractmethod
+    def setup(self) -> None: ...
+
+    @abstractmethod
+    def poll(self) -> None:
+        """Do one short unit of work (block at most ~100 ms)."""
+
+    def teardown(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, Any]:
+        """Numbers for the controller (sent with each heartbeat)."""
+        return {}
+
+    def endpoints(self) -> list[str]:
+        """Addresses this worker listens on (reported in status)."""
+        return []
+
+    # ------------------------------------------------------------ the shell
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def request_stop(self) -> None:
+        self._stopping = True
+
+    def heartbeat(self, force: bool = False) -> bool:
+        """Send a heartbeat if one is due and read the controller's answers. False once stopping."""
+        now = time.monotonic()
+        assert self._control is not None
+        while (answer := self._control.recv(0)) is not None:
+            self._last_ack = now
+            if answer.meta.get("command") == "stop":
+                self._stopping = True
+            self.controller_info.update(answer.meta.get("info", {}))
+        if force or now - self._last_heartbeat >= self.spec.heartbeat_s:
+            self._last_heartbeat = now
+            self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
+                                   "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self.stats()})
+        if now - self._last_ack > self.spec.orphan_timeout_s:
+            log.error("no answer from the controller for %.0f s; exiting", now - self._last_ack)
+            self._stopping = True
+        return not self._stopping
+
+    def run(self) -> int:
+        self._control = LinkClient(self.ctx, self.spec.control.key, self.spec.control.transport, self.name)
+        code = 0
+        try:
+            self.setup()
+            self.heartbeat(force=True)
+            while self.heartbeat():
+                self.poll()
+        except Exception:
+            code = 1
+            text = traceback.format_exc()
+            log.error("worker %s failed:\n%s", self.name, text)
+            self._control.send(0, {"worker": self.name, "event": "error", "error": text[-4000:]})
+        finally:
+            try:
+                self.teardown()
+            except Exception:
+                log.exception("teardown of %s failed", self.name)
+            if code == 0:
+                self._control.send(0, {"worker": self.name, "event": "exit", "stats": self.stats()})
+            time.sleep(0.05)  # let the last message leave before the socket closes
+            self._control.close()
+        return code

@@ -1,0 +1,73 @@
+"""Process entry point for every worker, whatever launched it."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from srl.streams.link import StreamContext
+from srl.streams.names import DirectoryNameService
+from srl.workers.actor import ActorWorker
+from srl.workers.base import Worker, WorkerSpec
+from srl.workers.policy_worker import PolicyWorker
+from srl.workers.trainer import TrainerWorker
+
+WORKER_KINDS: dict[str, type[Worker]] = {
+    "actor": ActorWorker,
+    "policy": PolicyWorker,
+    "trainer": TrainerWorker,
+}
+
+
+@dataclass
+class ContextSpec:
+    """How a worker process rebuilds the run's StreamContext."""
+
+    run_id: str
+    secret: bytes
+    names_dir: str
+    ipc_dir: str
+    host: str = "127.0.0.1"
+
+    def build(self) -> StreamContext:
+        return StreamContext(self.run_id, self.secret, DirectoryNameService(self.names_dir), self.ipc_dir, self.host)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM us when our parent dies, so a killed launcher leaves no orphans."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _redirect_output(run_dir: str, name: str) -> None:
+    logs = Path(run_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    fd = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
+                        format=f"%(asctime)s {name} %(levelname)s %(message)s")
+
+
+def run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
+    """Run one worker until the controller stops it (exit status 0) or it fails (1)."""
+    # Ctrl-C reaches the whole process group; the controller alone decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    _redirect_output(spec.run_dir, spec.name)
+    worker = WORKER_KINDS[spec.kind](spec, context.build())
+    signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
+    logging.info("starting %s (pid %d)", spec.name, os.getpid())
+    code = worker.run()
+    logging.info("%s exits with status %d", spec.name, code)
+    sys.exit(code)

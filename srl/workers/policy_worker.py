@@ -1,0 +1,73 @@
+"""The policy worker: batch every waiting request into one forward pass, answer each actor.
+
+New parameters are taken between batches; with shared memory checking costs one integer
+read, and over ZeroMQ a background thread has already received them, so inference never
+waits for a parameter transfer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from srl.data import keys
+from srl.data.named_array import concat
+from srl.streams.inference import InferenceServer, serve
+from srl.streams.parameters import open_subscriber
+from srl.workers.base import Worker
+from srl.workers.components import make_env, make_policy
+from srl.workers.env_ring import spaces_of
+
+
+class PolicyWorker(Worker):
+    def setup(self) -> None:
+        s = self.spec.settings
+        torch.set_num_threads(1)
+        env = make_env(s["env"])
+        self.policy = make_policy(s["policy"], *spaces_of(env), device=s["device"])
+        env.close()
+        params = self.spec.streams["parameters"]
+        self.params = open_subscriber(self.ctx, params.key, params.transport)
+        version, weights, _ = self.params.wait()
+        self.policy.set_params(weights, version)
+        inf = self.spec.streams["inference"]
+        self.server = InferenceServer(self.ctx, inf.key, inf.transport)
+        self.max_wait_s = s["max_wait_ms"] / 1000
+        self.samples = 0
+        self.batches = 0
+        self.started = time.monotonic()
+
+    def poll(self) -> None:
+        if (new := self.params.poll()) is not None:
+            self.policy.set_params(new[1], new[0])
+        requests = self.server.receive(100)
+        if not requests:
+            return
+        if self.max_wait_s:
+            deadline = time.monotonic() + self.max_wait_s
+            while time.monotonic() < deadline:
+                requests += self.server.receive(1)
+        sizes = [len(r.arrays[keys.OBS]) for r in requests]
+        out = serve(self.policy, concat([r.arrays for r in requests]))
+        for request, start, size in zip(requests, np.cumsum([0, *sizes[:-1]]), sizes):
+            self.server.answer(request, out[start:start + size])
+        self.samples += sum(sizes)
+        self.batches += 1
+
+    def stats(self) -> dict[str, Any]:
+        if not hasattr(self, "server"):
+            return {}
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {"samples": self.samples, "fps": self.samples / elapsed, "policy_version": self.policy.version,
+                "mean_batch": self.samples / max(self.batches, 1), "dropped": self.server.dropped}
+
+    def endpoints(self) -> list[str]:
+        return [self.server.link.address] if hasattr(self, "server") else []
+
+    def teardown(self) -> None:
+        for closable in ("server", "params"):
+            if hasattr(self, closable):
+                getattr(self, closable).close()

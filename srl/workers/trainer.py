@@ -1,0 +1,108 @@
+"""The trainer worker: samples in, `algorithm.step(batch)` out, parameters published.
+
+The buffer is on-policy with a staleness bound: a trajectory whose oldest action came
+from a policy more than `max_staleness` versions behind is dropped (and counted).
+Reuse of each sample is bounded by the algorithm (PPO's epochs).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srl.data import keys
+from srl.data.named_array import NamedArray, concat
+from srl.streams.parameters import open_publisher
+from srl.streams.samples import SampleConsumer
+from srl.workers import checkpoint
+from srl.workers.base import Worker
+from srl.workers.components import make_algorithm, make_env, make_policy
+from srl.workers.env_ring import spaces_of
+
+
+class TrainerWorker(Worker):
+    def setup(self) -> None:
+        s = self.spec.settings
+        torch.set_num_threads(1)
+        torch.manual_seed(self.spec.seed)
+        env = make_env(s["env"])
+        self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])
+        env.close()
+        self.algorithm = make_algorithm(s["algorithm"], self.policy)
+        self.batch_steps = s["trainers"]["batch_steps"]
+        self.max_staleness = s["trainers"]["max_staleness"]
+        self.checkpoint_dir = Path(self.spec.run_dir) / "checkpoints"
+        self.checkpoint_every_s = s["checkpoint"]["every_s"]
+        self.keep = s["checkpoint"]["keep"]
+        self.env_steps_at_start = 0
+        if s.get("resume") and (path := checkpoint.latest(self.checkpoint_dir)) is not None:
+            state = checkpoint.load(path)
+            self.policy.load_state_dict(state["policy"])
+            self.algorithm.load_state_dict(state["algorithm"])
+            self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0)
+        params = self.spec.streams["parameters"]
+        self.publisher = open_publisher(self.ctx, params.key, params.transport)
+        self.publisher.publish(self.policy.version, self.policy.get_params())
+        samples = self.spec.streams["samples"]
+        self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
+        self.buffer: list[NamedArray] = []
+        self.buffered = 0
+        self.trained_steps = 0
+        self.dropped_stale = 0
+        self.train_time = 0.0
+        self.last_stats: dict[str, float] = {}
+        self.last_checkpoint = time.monotonic()
+
+    def poll(self) -> None:
+        got = self.consumer.get(100)
+        while got is not None:
+            _, batch = got
+            steps = batch[keys.REWARD][:-1].size
+            if self.policy.version - int(batch[keys.VERSION].min()) > self.max_staleness:
+                self.dropped_stale += steps
+            else:
+                self.buffer.append(batch)
+                self.buffered += steps
+            if self.buffered >= self.batch_steps:
+                self._train()
+                break
+            got = self.consumer.get(0)
+        self.publisher.tick()
+        if time.monotonic() - self.last_checkpoint > self.checkpoint_every_s:
+            self.save_checkpoint()
+
+    def _train(self) -> None:
+        batch = concat(self.buffer, axis=1)
+        self.buffer, self.buffered = [], 0
+        start = time.monotonic()
+        self.last_stats = self.algorithm.step(batch)
+        self.train_time += time.monotonic() - start
+        self.trained_steps += batch[keys.REWARD][:-1].size
+        self.publisher.publish(self.policy.version, self.policy.get_params())
+
+    def save_checkpoint(self) -> None:
+        env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)
+        state = {"policy": self.policy.state_dict(), "algorithm": self.algorithm.state_dict()}
+        checkpoint.save(self.checkpoint_dir, self.policy.version, state,
+                        {"env_steps": env_steps, "trained_steps": self.trained_steps}, self.keep)
+        self.last_checkpoint = time.monotonic()
+
+    def stats(self) -> dict[str, Any]:
+        if not hasattr(self, "consumer"):
+            return {}
+        return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
+                "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
+                "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats}
+
+    def endpoints(self) -> list[str]:
+        return [self.consumer.link.address] if hasattr(self, "consumer") else []
+
+    def teardown(self) -> None:
+        if hasattr(self, "consumer"):
+            self.save_checkpoint()
+        for closable in ("consumer", "publisher"):
+            if hasattr(self, closable):
+                getattr(self, closable).close()

@@ -1,0 +1,191 @@
+"""Experiment config: loading, overrides, one-line errors naming the field, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from srl import cli
+from srl.api import config as cfg
+from srl.api.config import ConfigError
+from srl.api.registry import POLICIES, RegistryError, import_object
+
+def load(*overrides: str) -> cfg.ExperimentConfig:
+    return cfg.load("cartpole-ppo", list(overrides))
+
+
+def config_error(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(*overrides)
+    message = str(info.value)
+    assert "\n" not in message and message.strip() == message, f"not one line: {message!r}"
+    return message
+
+
+def test_bundled_config_loads():
+    assert "cartpole-ppo" in cfg.bundled_configs()
+    config = load()
+    assert config.name == "cartpole-ppo"
+    assert config.env.type == "gym" and config.env.id == "CartPole-v1"
+    assert config.algorithm.type == "ppo"
+    assert config.algorithm.args["lr"] == 0.001
+    assert config.algorithm.args["value_coef"] == 0.5  # defaults of the component's own Config filled in
+    assert config.policy.args == {"hidden": [64, 64], "activation": "tanh"}
+    assert config.actors.ring_size == 2
+    assert config.stop.episode_return == 475
+    # dump is loadable again
+    import yaml
+    again = cfg.validate(yaml.safe_load(cfg.dump(config)))
+    assert again == config
+
+
+def test_bundled_config_by_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nenv: {type: fake}\npolicy: {type: random}\nalgorithm: {type: 'null'}\n"
+                    "stop: {env_steps: 100}\n")
+    config = cfg.load(str(path), ["actors.count=3"])
+    assert config.name == "mine" and config.actors.count == 3 and config.env.type == "fake"
+    with pytest.raises(ConfigError, match="does not exist"):
+        cfg.load(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError) as info:
+        cfg.load(str(bad))
+    assert "\n" not in str(info.value)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        cfg.load(str(listing))
+
+
+def test_overrides_parse_values():
+    data = cfg.apply_overrides({}, [
+        "a.int=4", "a.float=0.25", "a.neg=-3", "a.true=true", "a.false=false", "a.list=[32, 64]",
+        "a.str=Acrobot-v1", "a.null=null", "a.empty=", "a.deep.er.key=x", "a.eq=x=y",
+    ])
+    assert data == {"a": {"int": 4, "float": 0.25, "neg": -3, "true": True, "false": False, "list": [32, 64],
+                          "str": "Acrobot-v1", "null": None, "empty": None, "deep": {"er": {"key": "x"}},
+                          "eq": "x=y"}}
+    assert isinstance(data["a"]["int"], int) and isinstance(data["a"]["true"], bool)
+
+
+def test_overrides_reach_the_config():
+    config = load("actors.count=5", "algorithm.args.lr=1e-3", "policy.args.hidden=[32, 32]",
+                  "log.tensorboard=false", "streams.transport=zmq", "env.id=Acrobot-v1", "stop.time_s=2.5")
+    assert config.actors.count == 5
+    assert config.algorithm.args["lr"] == pytest.approx(1e-3)
+    assert config.policy.args["hidden"] == [32, 32]
+    assert config.log.tensorboard is False
+    assert config.streams.transport == "zmq"
+    assert config.env.id == "Acrobot-v1"
+    assert config.stop.time_s == 2.5
+
+
+@pytest.mark.parametrize("override", ["noequals", "=3", ""])
+def test_malformed_override(override):
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        load(override)
+
+
+def test_override_into_a_value_is_an_error():
+    message = config_error("actors.count.x=1")
+    assert "count" in message
+
+
+@pytest.mark.parametrize("override,path", [
+    ("bogus=1", "bogus"),
+    ("actors.rign_size=2", "actors.rign_size"),
+    ("streams.bogus=1", "streams.bogus"),
+    ("algorithm.args.lrr=0.1", "algorithm.args.lrr"),
+    ("policy.args.hiden=[3]", "policy.args.hiden"),
+    ("actors.count=abc", "actors.count"),
+    ("actors.count=0", "actors.count"),
+    ("actors.count=-2", "actors.count"),
+    ("actors.count=[1]", "actors.count"),
+    ("actors.inference=sometimes", "actors.inference"),
+    ("streams.transport=carrier-pigeon", "streams.transport"),
+    ("algorithm.args.gamma=1.5", "algorithm.args.gamma"),
+    ("algorithm.args.lr=fast", "algorithm.args.lr"),
+    ("trainers.count=2", "trainers.count"),
+    ("policy.args.activation=sigmoid", "policy.args.activation"),
+    ("env.id=", "env.id"),
+    ("policy.type=nosuch", "policy.type"),
+    ("algorithm.type=no.such.module:Thing", "algorithm.type"),
+    ("policy.type=srl.models.random:NoSuchPolicy", "policy.type"),
+    ("actors=3", "actors"),
+])
+def test_bad_values_fail_with_one_line_naming_the_field(override, path):
+    message = config_error(override)
+    assert message.startswith(f"{path}:") or message.startswith(f"override {override!r}: "), message
+
+
+def test_unset_stop_condition():
+    message = config_error("stop.episode_return=null", "stop.env_steps=null")
+    assert "stop" in message
+
+
+def test_import_path_resolves_a_user_class():
+    from srl.models.random import RandomPolicy
+
+    config = load("policy.type=srl.models.random:RandomPolicy", "policy.args={}")
+    assert POLICIES.resolve(config.policy.type) is RandomPolicy
+    assert import_object("srl.data.named_array:NamedArray.copy").__name__ == "copy"  # dotted attribute
+    with pytest.raises(RegistryError, match="unknown policy"):
+        POLICIES.resolve("nosuch")
+    with pytest.raises(RegistryError, match="cannot import"):
+        POLICIES.resolve("srl.no_such_module:X")
+    with pytest.raises(RegistryError, match="no attribute"):
+        POLICIES.resolve("srl.models.random:Nope")
+    assert POLICIES.resolve("random") is RandomPolicy
+
+
+# ---------------------------------------------------------------------------------- CLI
+def run_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "srl.cli", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_unknown_key_exits_2_with_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(tmp_path, "train", "cartpole-ppo", "actors.rign_size=2", "--run-dir", str(run_dir))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "actors.rign_size" in lines[0]
+    assert result.stdout == ""
+    assert not run_dir.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/ either
+
+
+def test_cli_unknown_config_exits_2(tmp_path):
+    result = run_cli(tmp_path, "train", "no-such-config", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and "no-such-config" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_in_process_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    for argv, needle in [
+        (["train", "cartpole-ppo", "actors.count=abc", "--run-dir", str(run_dir)], "actors.count"),
+        (["train", "cartpole-ppo", "--run-dir", str(run_dir), "algorithm.args.lrr=1"], "algorithm.args.lrr"),
+        (["train", "actors.count=2"], "CONFIG"),  # overrides but no config
+        (["train", str(tmp_path / "missing.yaml")], "missing.yaml"),
+    ]:
+        assert cli.main(argv) == cli.EXIT_CONFIG
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and needle in err, err
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+    # an unknown flag is an argparse usage error (also exit status 2)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "cartpole-ppo", "--bogus"])
+    assert info.value.code == 2
+    capsys.readouterr()
+
+
+def test_cli_configs_lists_bundled(capsys):
+    assert cli.main(["configs"]) == 0
+    assert "cartpole-ppo" in capsys.readouterr().out.split()

@@ -25,23 +25,28 @@ class RunDir:
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(exist_ok=True)
         self._metrics = open(self.path / METRICS, "a", buffering=1)
+        self._tensorboard = tensorboard
         self._tb = None
-        if tensorboard:
-            # Imported lazily: torch's writer is heavy and only the controller needs it.
+
+    def _writer(self):
+        # Created on first use: importing torch's writer takes a second, which would
+        # otherwise delay the launch of every worker.
+        if self._tb is None and self._tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.path / "tensorboard"))
+        return self._tb
 
     def write_config(self, text: str) -> None:
         (self.path / CONFIG).write_text(text)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         self._metrics.write(json.dumps(record) + "\n")
-        if self._tb is not None:
+        if (writer := self._writer()) is not None:
             step = record["env_steps"]
             for key, value in _flatten(record):
                 if key not in ("env_steps", "time_s") and isinstance(value, (int, float)) and value is not None:
-                    self._tb.add_scalar(key, value, step)
+                    writer.add_scalar(key, value, step)
 
     def write_status(self, status: dict[str, Any]) -> None:
         write_json_atomic(self.path / STATUS, status)

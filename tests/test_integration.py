@@ -1,0 +1,76 @@
+"""Real local runs: worker processes, streams over each transport, learning, clean shutdown."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import srl_command
+
+pytestmark = pytest.mark.integration
+
+RANDOM_CARTPOLE_RETURN = 22.0
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _segments(run_id: str) -> list[str]:
+    return [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+
+
+@pytest.mark.parametrize("transport,inference", [("shm", "remote"), ("zmq", "remote"), ("shm", "inline")])
+def test_cartpole_learns(run_srl, tmp_path, transport, inference):
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), f"streams.transport={transport}",
+                     f"actors.inference={inference}", "stop.episode_return=200", "stop.env_steps=400000",
+                     "log.tensorboard=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(run_dir)
+    assert summary["episode_return_mean"] >= 8 * RANDOM_CARTPOLE_RETURN, summary
+    assert summary["stop_reason"].startswith("episode_return_mean"), summary
+    status = json.loads((run_dir / "status.json").read_text())
+    used = {t for w in status["workers"] for t in w["streams"].values()}
+    assert used == {transport}
+    assert not _segments(status["run_id"])
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    assert {"time_s", "env_steps", "fps", "episode_return_mean", "policy_version"} <= record.keys()
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    assert {p.name for p in (run_dir / "logs").iterdir()} >= {"trainer.0.log", "actor.0.log"}
+
+
+def test_sigint_leaves_nothing_behind(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "stop.time_s=120",
+                                           "log.tensorboard=false"),
+                               cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        status = {}
+        while time.monotonic() < deadline:
+            if (run_dir / "status.json").exists():
+                status = json.loads((run_dir / "status.json").read_text())
+                if status["workers"] and all(w["state"] == "running" for w in status["workers"]):
+                    break
+            time.sleep(0.2)
+        assert status and all(w["state"] == "running" for w in status["workers"]), status
+        assert _segments(status["run_id"])  # the run really uses shared memory
+        family = [process.pid] + [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        process.wait(timeout=20)
+        time.sleep(0.5)
+        alive = [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"processes left behind: {alive}"
+        assert not _segments(status["run_id"])
+        assert _summary(run_dir)["stop_reason"] == "interrupted"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
 import struct
 from collections.abc import Sequence
@@ -51,7 +52,8 @@ Message = tuple[dict[str, Any], NamedArray | None]
 
 
 def _header(meta: dict[str, Any], arrays: NamedArray | None) -> tuple[bytes, list[np.ndarray]]:
-    leaves = [] if arrays is None else [(p, np.ascontiguousarray(a)) for p, a in arrays.items_flat()]
+    # reshape: np.ascontiguousarray turns a 0-d array into shape (1,).
+    leaves = [] if arrays is None else [(p, np.ascontiguousarray(a).reshape(np.shape(a))) for p, a in arrays.items_flat()]
     fields = [[p, a.dtype.str, list(a.shape)] for p, a in leaves]
     header = MAGIC + json.dumps({"meta": meta, "fields": fields}, separators=(",", ":")).encode()
     return header, [a for _, a in leaves]
@@ -81,20 +83,27 @@ def _parse_header(raw: bytes | memoryview) -> tuple[dict[str, Any], list[tuple[s
         raise WireError("bad magic or oversized header")
     try:
         header = json.loads(raw[len(MAGIC):])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON or encoding, too-long ints, too-deep nesting
         raise WireError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("meta"), dict) or not isinstance(header.get("fields"), list):
         raise WireError("header must hold a 'meta' object and a 'fields' list")
     if len(header["fields"]) > MAX_FIELDS:
         raise WireError("too many fields")
     fields = []
+    leaves: set[str] = set()
+    inner: set[str] = set()  # paths above a leaf
     for entry in header["fields"]:
         if not (isinstance(entry, list) and len(entry) == 3):
             raise WireError(f"bad field entry {entry!r:.80}")
         path, dtype, shape = entry
         if not isinstance(path, str) or not _PATH_RE.match(path):
             raise WireError(f"bad field path {path!r:.80}")
-        if dtype not in DTYPES:
+        above = _above(path)
+        if path in leaves or path in inner or not leaves.isdisjoint(above):
+            raise WireError(f"field path {path!r:.80} repeats or nests inside another field")
+        leaves.add(path)
+        inner.update(above)
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise WireError(f"field {path}: dtype {dtype!r:.20} not allowed")
         if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(d) is int and 0 <= d < 2**40 for d in shape)):
             raise WireError(f"field {path}: bad shape {shape!r:.80}")
@@ -102,8 +111,14 @@ def _parse_header(raw: bytes | memoryview) -> tuple[dict[str, Any], list[tuple[s
     return header["meta"], fields
 
 
+def _above(path: str) -> list[str]:
+    """The paths above `path`: a/b/c -> a, a/b."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def _expected_nbytes(dtype: np.dtype, shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return math.prod(shape) * dtype.itemsize  # Python ints: np.prod would wrap around
 
 
 def decode(frames: Sequence[Any], secret: bytes | None = None) -> Message:

@@ -66,6 +66,9 @@ class ShmWriter:
         self.generation = 0
         self.slot_bytes = 0
         self.nslots = 0
+        #: Slots written in the current segment; and replaced segments with slots not yet written again.
+        self.written: set[int] = set()
+        self.retired: list[tuple[Segment, set[int]]] = []
 
     def write(self, slot: int, meta: dict[str, Any], arrays: NamedArray) -> list[Any]:
         need = wire.packed_size(meta, arrays)
@@ -74,17 +77,36 @@ class ShmWriter:
         offset = slot * self.slot_bytes
         assert self.segment is not None
         used = wire.pack_into(self.segment.buf[offset:offset + self.slot_bytes], meta, arrays)
+        self.written.add(slot)
+        self._release(slot)
         return [self.segment.name, offset, used]
+
+    def _release(self, slot: int) -> None:
+        """Unlink replaced segments once each of their slots is written again: by the stream
+        protocols, the reader is then done with the old data (and has attached the old segment)."""
+        keep = []
+        for segment, pending in self.retired:
+            pending.discard(slot)
+            if pending:
+                keep.append((segment, pending))
+            else:
+                segment.close()
+        self.retired = keep
 
     def _grow(self, slot_bytes: int, nslots: int) -> None:
         if self.segment is not None:
-            self.segment.close()  # unlinks; a reader's existing mapping stays valid
+            # Not unlinked yet: a message already sent may name it before its reader attached.
+            self.retired.append((self.segment, self.written))
+        self.written = set()
         self.generation += 1
         self.slot_bytes = -(-int(slot_bytes * 1.25 + 64) // 4096) * 4096
         self.nslots = nslots
         self.segment = Segment.create(f"{self.name}_g{self.generation}", self.slot_bytes * nslots)
 
     def close(self) -> None:
+        for segment, _ in self.retired:
+            segment.close()
+        self.retired = []
         if self.segment is not None:
             self.segment.close()
             self.segment = None

@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from srl.api.config import ConfigError, apply_overrides, bundled_configs, read_config_file, validate
+from srl.api.config import (ConfigError, apply_overrides, bundled_configs, read_config_file, validate_components,
+                            validate_structure)
 
 EXIT_CONFIG = 2
 
@@ -27,7 +28,13 @@ def _train(args: argparse.Namespace) -> int:
             data = read_config_file(config_name)
         else:
             raise ConfigError("train: give a CONFIG (bundled name or YAML path) or --resume DIR")
-        config = validate(apply_overrides(data, overrides))
+        config = validate_structure(apply_overrides(data, overrides))
+        # Start the worker fork server now: it imports torch on one core while the
+        # components' own settings are checked (which imports them) on the other.
+        from srl.launch.local import LocalLauncher
+
+        LocalLauncher.prepare()
+        config = validate_components(config)
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

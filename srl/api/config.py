@@ -168,14 +168,21 @@ def _error_line(error: pydantic.ValidationError, prefix: str = "") -> str:
     return f"{where or 'config'}: {first['msg']}{more}"
 
 
-def validate(data: dict[str, Any]) -> ExperimentConfig:
-    """Validate the experiment and each component's own args. Raises ConfigError."""
-    from srl.api.registry import ALGORITHMS, POLICIES, RegistryError
-
+def validate_structure(data: dict[str, Any]) -> ExperimentConfig:
+    """Check the experiment's own schema (fast: imports no component). Raises ConfigError."""
     try:
         config = ExperimentConfig.model_validate(data)
     except pydantic.ValidationError as exc:
         raise ConfigError(_error_line(exc)) from None
+    if config.env.type == "gym" and not config.env.id:
+        raise ConfigError("env.id: required for a Gymnasium env")
+    return config
+
+
+def validate_components(config: ExperimentConfig) -> ExperimentConfig:
+    """Resolve the policy and algorithm and check their own `args`. Raises ConfigError."""
+    from srl.api.registry import ALGORITHMS, POLICIES, RegistryError
+
     for section, registry in (("policy", POLICIES), ("algorithm", ALGORITHMS)):
         component: ComponentConfig = getattr(config, section)
         try:
@@ -188,9 +195,12 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
                 component.args = model.model_validate(component.args).model_dump()
             except pydantic.ValidationError as exc:
                 raise ConfigError(_error_line(exc, f"{section}.args")) from None
-    if config.env.type == "gym" and not config.env.id:
-        raise ConfigError("env.id: required for a Gymnasium env")
     return config
+
+
+def validate(data: dict[str, Any]) -> ExperimentConfig:
+    """Validate the experiment and each component's own args. Raises ConfigError."""
+    return validate_components(validate_structure(data))
 
 
 def load(name_or_path: str, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -64,5 +64,5 @@ POLICIES = Registry("policy", {
 })
 ALGORITHMS = Registry("algorithm", {
     "ppo": "srl.algorithms.ppo:PPO",
-    "null": "srl.algorithms.null:NullAlgorithm",
+    "noop": "srl.algorithms.noop:NoopAlgorithm",
 })

@@ -28,8 +28,7 @@ from srl.streams import shm
 from srl.streams.link import LinkServer, StreamContext
 from srl.streams.names import DirectoryNameService
 from srl.workers import checkpoint
-from srl.workers.base import CONTROL_KEY, WorkerSpec
-from srl.workers.entry import ContextSpec
+from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +47,8 @@ class WorkerState:
     endpoints: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    #: The worker's identity on the control link, to send it commands unprompted.
+    client: bytes = b""
 
     def row(self, now: float) -> dict[str, Any]:
         return {"name": self.spec.name, "kind": self.spec.kind, "pid": self.pid, "host": self.host,
@@ -143,11 +144,10 @@ class Controller:
             if self._interrupted:
                 self.stop_reason = "interrupted"
             self._check_workers(now)
-            if now >= next_report:
+            self._check_stop(now)
+            if now >= next_report or self.stop_reason:
                 last = self._report(now, last)
                 next_report = now + interval
-                self._check_stop(now)
-        self._report(time.monotonic(), last)
 
     def _handle(self, message: Any) -> None:
         meta = message.meta
@@ -158,9 +158,12 @@ class Controller:
         now = time.monotonic()
         if event in ("heartbeat", "exit"):
             stats = meta.get("stats") or {}
-            self.returns.extend(float(r) for r in stats.pop("episode_returns", []))
+            returns = stats.pop("episode_returns", [])
+            if not self.stop_reason:  # the summary reports the window that met the stop condition
+                self.returns.extend(float(r) for r in returns)
             worker.stats = stats
             worker.last_heartbeat = now
+            worker.client = message.client
             if event == "heartbeat":
                 worker.pid, worker.host = meta.get("pid", worker.pid), meta.get("host", worker.host)
                 worker.endpoints = list(meta.get("endpoints") or [])
@@ -179,9 +182,9 @@ class Controller:
             code = self.launcher.exitcode(name)
             if code is not None and worker.state not in ("exited", "failed"):
                 worker.state = "failed"
-                self.stop_reason = f"worker {name} died with exit code {code}"
+                self.stop_reason = self.stop_reason or f"worker {name} died with exit code {code}"
             elif worker.state == "starting" and now - self.started > STARTUP_GRACE_S:
-                self.stop_reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s"
+                self.stop_reason = self.stop_reason or f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s"
 
     def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
         steps = self.env_steps
@@ -209,6 +212,8 @@ class Controller:
 
     def _check_stop(self, now: float) -> None:
         stop = self.config.stop
+        if self.stop_reason:
+            return
         if stop.env_steps is not None and self.env_steps >= stop.env_steps:
             self.stop_reason = f"env_steps reached {stop.env_steps}"
         elif stop.time_s is not None and now - self.started >= stop.time_s:
@@ -220,6 +225,9 @@ class Controller:
     def _shutdown(self, ctx: StreamContext) -> None:
         self.stop_reason = self.stop_reason or "stopped"
         wall = time.monotonic() - self.started
+        for worker in self.workers.values():  # don't wait for their next heartbeat
+            if worker.client:
+                self.control.send(worker.client, 0, {"command": "stop", "info": {"env_steps": self.env_steps}})
         # Answer heartbeats with "stop" until every worker has said goodbye (or the grace runs out).
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and any(

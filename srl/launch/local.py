@@ -13,24 +13,40 @@ import socket
 import time
 from multiprocessing.process import BaseProcess
 
-from srl.workers.base import WorkerSpec
-from srl.workers.entry import ContextSpec, run_worker
+from srl.workers.base import ContextSpec, WorkerSpec
+
+
+def _run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
+    # Imported here, in the worker: the launcher itself never loads torch.
+    from srl.workers.entry import run_worker
+
+    run_worker(spec, context)
 
 
 class LocalLauncher:
     name = "local"
 
+    PRELOAD = ["srl.workers.entry"]
+
     def __init__(self) -> None:
         self._mp = mp.get_context("forkserver")
-        self._mp.set_forkserver_preload(["srl.workers.entry"])
+        self._mp.set_forkserver_preload(self.PRELOAD)
         self.processes: dict[str, BaseProcess] = {}
         self.host = socket.gethostname()
+
+    @classmethod
+    def prepare(cls) -> None:
+        """Start the fork server (and its imports) ahead of the first worker."""
+        from multiprocessing import forkserver
+
+        mp.get_context("forkserver").set_forkserver_preload(cls.PRELOAD)
+        forkserver.ensure_running()
 
     def host_of(self, worker: str) -> str:
         return self.host
 
     def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
-        process = self._mp.Process(target=run_worker, args=(spec, context), name=spec.name, daemon=False)
+        process = self._mp.Process(target=_run_worker, args=(spec, context), name=spec.name, daemon=False)
         process.start()
         self.processes[spec.name] = process
         return process.pid or 0

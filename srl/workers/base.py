@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from srl.streams.link import LinkClient, StreamContext, Transport
+from srl.streams.names import DirectoryNameService
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,23 @@ class WorkerSpec:
     streams: dict[str, StreamEnd]
     control: StreamEnd
     run_dir: str
-    heartbeat_s: float = 0.5
+    heartbeat_s: float = 0.25
     orphan_timeout_s: float = 20.0
     placement: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ContextSpec:
+    """How a worker process rebuilds the run's StreamContext."""
+
+    run_id: str
+    secret: bytes
+    names_dir: str
+    ipc_dir: str
+    host: str = "127.0.0.1"
+
+    def build(self) -> StreamContext:
+        return StreamContext(self.run_id, self.secret, DirectoryNameService(self.names_dir), self.ipc_dir, self.host)
 
 
 class Worker(ABC):

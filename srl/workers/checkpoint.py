@@ -11,8 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def _atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
@@ -24,6 +22,8 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
+    import torch  # lazily: launchers read checkpoint info without loading torch
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"ckpt-{version:09d}.pt"
@@ -41,6 +41,8 @@ def latest(directory: str | Path) -> Path | None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
+    import torch
+
     return torch.load(path, map_location="cpu", weights_only=False)
 
 

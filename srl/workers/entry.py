@@ -7,13 +7,12 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from srl.streams.link import StreamContext
-from srl.streams.names import DirectoryNameService
+import torch
+
 from srl.workers.actor import ActorWorker
-from srl.workers.base import Worker, WorkerSpec
+from srl.workers.base import ContextSpec, Worker, WorkerSpec
 from srl.workers.policy_worker import PolicyWorker
 from srl.workers.trainer import TrainerWorker
 
@@ -22,20 +21,6 @@ WORKER_KINDS: dict[str, type[Worker]] = {
     "policy": PolicyWorker,
     "trainer": TrainerWorker,
 }
-
-
-@dataclass
-class ContextSpec:
-    """How a worker process rebuilds the run's StreamContext."""
-
-    run_id: str
-    secret: bytes
-    names_dir: str
-    ipc_dir: str
-    host: str = "127.0.0.1"
-
-    def build(self) -> StreamContext:
-        return StreamContext(self.run_id, self.secret, DirectoryNameService(self.names_dir), self.ipc_dir, self.host)
 
 
 def _die_with_parent() -> None:
@@ -65,6 +50,9 @@ def run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _redirect_output(spec.run_dir, spec.name)
+    # One intra-op thread per worker: workers already fill the cores, and idle OpenMP
+    # threads spinning beside them cost more than any parallel speed-up of small ops.
+    torch.set_num_threads(1)
     worker = WORKER_KINDS[spec.kind](spec, context.build())
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     logging.info("starting %s (pid %d)", spec.name, os.getpid())

@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from srl.data import keys
 from srl.data.named_array import concat
@@ -25,7 +24,6 @@ from srl.workers.env_ring import spaces_of
 class PolicyWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
-        torch.set_num_threads(1)
         env = make_env(s["env"])
         self.policy = make_policy(s["policy"], *spaces_of(env), device=s["device"])
         env.close()

@@ -26,7 +26,6 @@ from srl.workers.env_ring import spaces_of
 class TrainerWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
-        torch.set_num_threads(1)
         torch.manual_seed(self.spec.seed)
         env = make_env(s["env"])
         self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])

@@ -7,7 +7,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 
 
-class NullAlgorithm(Algorithm):
+class NoopAlgorithm(Algorithm):
     def step(self, batch: NamedArray) -> dict[str, float]:
         self.policy.version += 1
         return {"rows": float(batch[keys.REWARD][:-1].size)}

@@ -74,3 +74,31 @@ def test_sigint_leaves_nothing_behind(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def test_resume_continues_from_checkpoint(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "stop.env_steps=20000",
+                    "stop.episode_return=null", "log.tensorboard=false")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _summary(run_dir)
+    checkpoints = sorted((run_dir / "checkpoints").glob("ckpt-*.json"))
+    saved = json.loads(checkpoints[-1].read_text())
+    assert saved["env_steps"] >= 20000 and saved["version"] == before["policy_version"]
+    reports_before = len((run_dir / "metrics.jsonl").read_text().splitlines())
+
+    second = run_srl("train", "--resume", str(run_dir), "stop.env_steps=40000")
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = _summary(run_dir)
+    assert after["env_steps"] >= 40000
+    assert after["policy_version"] > before["policy_version"]
+    new_reports = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()[reports_before:]]
+    assert new_reports[0]["env_steps"] >= saved["env_steps"]  # counting continues, not restarts
+    assert new_reports[-1]["policy_version"] > saved["version"]
+
+
+def test_config_error_launches_nothing(run_srl, tmp_path):
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(tmp_path / "run"), "actors.rign_size=2")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "actors.rign_size" in result.stderr
+    assert not (tmp_path / "run").exists()

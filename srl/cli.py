@@ -72,7 +72,7 @@ def _status(args: argparse.Namespace) -> int:
         streams = ", ".join(f"{k}:{v}" for k, v in w.get("streams", {}).items())
         table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
                       str(w["restarts"]), str(w.get("heartbeat_age_s")), streams)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return 0
 
 

@@ -188,3 +188,24 @@ def test_make_slots_distinct_seeds():
     slots = make_slots(lambda: FakeEnv(), ring_size=3, envs_per_slot=2, seed=5)
     assert [s.seeds for s in slots] == [[5, 6], [7, 8], [9, 10]]
     assert all(s.rows == 2 for s in slots)
+
+
+def test_rnn_state_is_fed_forward_recorded_and_reset_at_episode_end():
+    """The state a reply returns is the next request's state; done rows restart from the initial state."""
+    initial = lambda rows: NamedArray({"h": np.full((rows, 2), -1.0, np.float32)})  # noqa: E731
+    slot = EnvSlot([FakeEnv(n_agents=2, n_actions=N_ACTIONS, episode_length=3) for _ in range(2)], [100, 200])
+    ring = EnvRing([slot], trajectory_length=4, initial_state=initial)
+    request = ring.start(0)
+    assert (request[keys.RNN_STATE]["h"] == -1).all()
+    for step in range(1, 9):
+        reply = reply_for(request, step)
+        # A counter state: every row's state is the number of steps since its episode began.
+        reply[keys.RNN_STATE] = NamedArray({"h": np.maximum(request[keys.RNN_STATE]["h"], 0) + 1})
+        request, trajectory = ring.step(0, reply)
+        t_in_episode = step % 3  # FakeEnv truncates after 3 steps, then resets
+        expected = -1.0 if t_in_episode == 0 else float(t_in_episode)
+        assert (request[keys.RNN_STATE]["h"] == expected).all(), (step, request[keys.RNN_STATE]["h"])
+        if trajectory is not None:
+            # The recorded state of row t is the state the policy was given for row t.
+            assert trajectory[keys.RNN_STATE]["h"].shape == (5, 4, 2)
+            assert (trajectory[keys.RNN_STATE]["h"][0] == -1).all()

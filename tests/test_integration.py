@@ -102,3 +102,27 @@ def test_config_error_launches_nothing(run_srl, tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "actors.rign_size" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_multi_agent_env_through_remote_inference_and_status(run_srl, tmp_path):
+    """A two-agent env, two ring slots per actor, a policy worker, over ZeroMQ; then `srl status`."""
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "env.type=fake", "env.id=null",
+                     "env.args={n_agents: 2, episode_length: 20}", "actors.inference=remote", "actors.ring_size=2",
+                     "actors.envs_per_slot=3", "actors.trajectory_length=16", "trainers.batch_steps=192",
+                     "streams.transport=zmq", "stop.env_steps=6000", "stop.episode_return=null", "log.tensorboard=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(run_dir)
+    assert summary["env_steps"] >= 6000 and summary["policy_version"] > 0
+    assert summary["episode_return_mean"] is not None  # episodes of 20 steps finished and were counted
+
+    status = run_srl("status", str(run_dir), "--json")
+    workers = json.loads(status.stdout)["workers"]
+    assert {w["kind"] for w in workers} == {"actor", "policy", "trainer"}
+    for w in workers:
+        assert {"name", "kind", "pid", "host", "state", "fps", "restarts"} <= w.keys()
+        assert w["state"] == "stopped" and w["restarts"] == 0
+    servers = [w for w in workers if w["kind"] in ("policy", "trainer")]
+    assert all(e.startswith("tcp://127.0.0.1:") for w in servers for e in w["endpoints"])
+    table = run_srl("status", str(run_dir))
+    assert table.returncode == 0 and "policy.0" in table.stdout

@@ -54,6 +54,7 @@ class TrainerWorker(Worker):
         self.train_time = 0.0
         self.last_stats: dict[str, float] = {}
         self.last_checkpoint = time.monotonic()
+        self.started = time.monotonic()
 
     def poll(self) -> None:
         got = self.consumer.get(100)
@@ -93,6 +94,7 @@ class TrainerWorker(Worker):
         if not hasattr(self, "consumer"):
             return {}
         return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
+                "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
                 "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats}
 

@@ -1,0 +1,113 @@
+"""The actor-critic policy, GAE, a PPO step, and checkpoints — pure compute, no processes."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from srl.algorithms.ppo import PPO, PPOConfig, gae
+from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.models.actor_critic import ActorCriticPolicy
+from srl.workers import checkpoint
+
+OBS_SPACE = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (4,), np.float32), "extra": gym.spaces.Box(-1, 1, (2, 3), np.float32)})
+SPACES = {
+    "discrete": gym.spaces.Discrete(3),
+    "box": gym.spaces.Box(-2, 2, (2,), np.float32),
+    "multidiscrete": gym.spaces.MultiDiscrete([3, 4]),
+}
+
+
+def obs_batch(*lead: int) -> NamedArray:
+    rng = np.random.default_rng(0)
+    return NamedArray({"obs": rng.standard_normal((*lead, 4)).astype(np.float32),
+                       "extra": rng.standard_normal((*lead, 2, 3)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("name", SPACES)
+def test_rollout_and_analyze_agree(name):
+    space = SPACES[name]
+    policy = ActorCriticPolicy(OBS_SPACE, space, hidden=[16, 16])
+    out = policy.rollout(obs_batch(5), NamedArray())
+    assert out[keys.ACTION].shape == (5, *space.shape)
+    assert out[keys.LOGPROB].shape == out[keys.VALUE].shape == (5,)
+    assert all(space.contains(a.astype(space.dtype)) for a in out[keys.ACTION]) or name == "box"
+    analysis = policy.analyze({keys.OBS: {k: torch.as_tensor(v) for k, v in obs_batch(5).items_flat()},
+                               keys.ACTION: torch.as_tensor(out[keys.ACTION])})
+    np.testing.assert_allclose(analysis.logprob.detach().numpy(), out[keys.LOGPROB], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(analysis.value.detach().numpy(), out[keys.VALUE], rtol=1e-5, atol=1e-5)
+    assert analysis.entropy.shape == (5,)
+
+
+def test_params_round_trip_between_policies():
+    a = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
+    b = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
+    b.set_params(a.get_params(), version=7)
+    assert b.version == 7
+    x = obs_batch(3)
+    np.testing.assert_array_equal(a.rollout(x, NamedArray(), deterministic=True)[keys.ACTION],
+                                  b.rollout(x, NamedArray(), deterministic=True)[keys.ACTION])
+
+
+def test_gae_bootstraps_truncation_but_not_termination():
+    reward = np.array([[1.0, 1.0], [1.0, 1.0]], np.float32)
+    value = np.array([[0.5, 0.5], [0.5, 0.5], [2.0, 2.0]], np.float32)
+    terminated = np.array([[False, False], [True, False]])
+    truncated = np.array([[False, False], [False, True]])
+    adv, ret = gae(reward, value, terminated, truncated, gamma=0.9, lam=1.0)
+    # column 0 terminates after step 1: return = 1 + 0.9 * 1
+    assert ret[0, 0] == pytest.approx(1 + 0.9 * 1)
+    assert ret[1, 0] == pytest.approx(1.0)
+    # column 1 is truncated after step 1: bootstrap from V(s_1) = 0.5, not from the next row's 2.0
+    assert ret[1, 1] == pytest.approx(1 + 0.9 * 0.5)
+    assert ret[0, 1] == pytest.approx(1 + 0.9 * (1 + 0.9 * 0.5))
+    np.testing.assert_allclose(adv, ret - value[:2])
+
+
+def sample_batch(policy: ActorCriticPolicy, T: int = 8, B: int = 6) -> NamedArray:
+    obs = obs_batch(T + 1, B)
+    out = policy.rollout(obs.map(lambda x: x.reshape(-1, *x.shape[2:])), NamedArray())
+    batch = NamedArray({keys.OBS: obs})
+    for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
+        batch[k] = out[k].reshape(T + 1, B, *out[k].shape[1:])
+    # reward 1 for action 0: PPO should make action 0 more likely
+    batch[keys.REWARD] = (batch[keys.ACTION] == 0).astype(np.float32)
+    batch[keys.TERMINATED] = np.zeros((T + 1, B), bool)
+    batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
+    batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
+    return batch
+
+
+def test_ppo_step_learns_the_rewarded_action():
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[32])
+    ppo = PPO(policy, PPOConfig(lr=3e-3, epochs=4, minibatches=2, value_clip=0.2, entropy_coef=0.01))
+    probe = obs_batch(64)
+    before = (policy.rollout(probe, NamedArray())[keys.ACTION] == 0).mean()
+    for _ in range(30):
+        stats = ppo.step(sample_batch(policy))
+    after = np.mean([(policy.rollout(probe, NamedArray())[keys.ACTION] == 0).mean() for _ in range(5)])
+    assert policy.version == 30
+    assert {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"} <= stats.keys()
+    assert after > max(before, 0.34) + 0.3, (before, after)
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
+    ppo = PPO(policy, PPOConfig())
+    for version in range(1, 6):
+        policy.version = version
+        checkpoint.save(tmp_path, version, {"policy": policy.state_dict(), "algorithm": ppo.state_dict()},
+                        {"env_steps": version * 100}, keep=2)
+    assert [p.name for p in sorted(tmp_path.glob("ckpt-*.pt"))] == ["ckpt-000000004.pt", "ckpt-000000005.pt"]
+    assert not list(tmp_path.glob(".*tmp"))
+    latest = checkpoint.latest(tmp_path)
+    assert checkpoint.info(latest) == {"version": 5, "env_steps": 500}
+    restored = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
+    restored.load_state_dict(checkpoint.load(latest)["policy"])
+    assert restored.version == 5
+    for (_, a), (_, b) in zip(policy.get_params().items_flat(), restored.get_params().items_flat()):
+        np.testing.assert_array_equal(a, b)

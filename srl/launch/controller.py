@@ -120,6 +120,8 @@ class Controller:
             if self.resume and (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
                 self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
             for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume):
+                if self.launcher.host_of(spec.name) == self.launcher.host_of(CONTROL_KEY):
+                    spec.controller_pid = os.getpid()
                 self.workers[spec.name] = WorkerState(spec)
                 self.workers[spec.name].pid = self.launcher.start(spec, self.context)
             self._monitor()

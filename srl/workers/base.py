@@ -52,6 +52,8 @@ class WorkerSpec:
     run_dir: str
     heartbeat_s: float = 0.25
     orphan_timeout_s: float = 20.0
+    #: The controller's PID when it runs on this worker's host: its death stops the worker at once.
+    controller_pid: int | None = None
     placement: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,10 +123,21 @@ class Worker(ABC):
             self._last_heartbeat = now
             self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self.stats()})
-        if now - self._last_ack > self.spec.orphan_timeout_s:
-            log.error("no answer from the controller for %.0f s; exiting", now - self._last_ack)
+        if now - self._last_ack > self.spec.orphan_timeout_s or not self._controller_alive():
+            log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._stopping = True
         return not self._stopping
+
+    def _controller_alive(self) -> bool:
+        if self.spec.controller_pid is None:
+            return True
+        try:
+            os.kill(self.spec.controller_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
     def run(self) -> int:
         self._control = LinkClient(self.ctx, self.spec.control.key, self.spec.control.transport, self.name)

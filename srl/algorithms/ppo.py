@@ -57,7 +57,7 @@ class PPO(Algorithm):
 
     def __init__(self, policy: Policy, config: PPOConfig) -> None:
         super().__init__(policy, config)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=1e-5, foreach=True)
 
     def step(self, batch: NamedArray) -> dict[str, float]:
         c: PPOConfig = self.config
@@ -94,7 +94,7 @@ class PPO(Algorithm):
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm, foreach=True)
                 self.optimizer.step()
 
                 with torch.no_grad():

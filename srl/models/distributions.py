@@ -42,8 +42,9 @@ class ActionHead(nn.Module):
     def forward(self, features: torch.Tensor) -> list[torch.distributions.Distribution]:
         out = self.linear(features)
         if not self.nvec:
-            return [Normal(out, self.log_std.exp().expand_as(out))]
-        return [Categorical(logits=logits) for logits in out.split(self.nvec, dim=-1)]
+            return [Normal(out, self.log_std.exp().expand_as(out), validate_args=False)]
+        # validate_args=False: the checks cost more than the network for small batches.
+        return [Categorical(logits=logits, validate_args=False) for logits in out.split(self.nvec, dim=-1)]
 
     def sample(self, dists: list[torch.distributions.Distribution], deterministic: bool) -> torch.Tensor:
         if not self.nvec:

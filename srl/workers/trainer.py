@@ -30,21 +30,25 @@ class TrainerWorker(Worker):
         env = make_env(s["env"])
         self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])
         env.close()
-        self.algorithm = make_algorithm(s["algorithm"], self.policy)
         self.batch_steps = s["trainers"]["batch_steps"]
         self.max_staleness = s["trainers"]["max_staleness"]
         self.checkpoint_dir = Path(self.spec.run_dir) / "checkpoints"
         self.checkpoint_every_s = s["checkpoint"]["every_s"]
         self.keep = s["checkpoint"]["keep"]
         self.env_steps_at_start = 0
-        if s.get("resume") and (path := checkpoint.latest(self.checkpoint_dir)) is not None:
-            state = checkpoint.load(path)
+        path = checkpoint.latest(self.checkpoint_dir) if s.get("resume") else None
+        state = checkpoint.load(path) if path is not None else None
+        if state is not None:
             self.policy.load_state_dict(state["policy"])
-            self.algorithm.load_state_dict(state["algorithm"])
             self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0)
         params = self.spec.streams["parameters"]
         self.publisher = open_publisher(self.ctx, params.key, params.transport)
+        # Publish before building the algorithm: the first optimiser import takes most of a
+        # second, and the actors can sample meanwhile.
         self.publisher.publish(self.policy.version, self.policy.get_params())
+        self.algorithm = make_algorithm(s["algorithm"], self.policy)
+        if state is not None:
+            self.algorithm.load_state_dict(state["algorithm"])
         samples = self.spec.streams["samples"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
         self.buffer: list[NamedArray] = []

@@ -209,3 +209,38 @@ def test_rnn_state_is_fed_forward_recorded_and_reset_at_episode_end():
             # The recorded state of row t is the state the policy was given for row t.
             assert trajectory[keys.RNN_STATE]["h"].shape == (5, 4, 2)
             assert (trajectory[keys.RNN_STATE]["h"][0] == -1).all()
+
+
+def test_agents_that_finish_early_are_masked_until_the_env_resets():
+    env = FakeEnv(n_agents=2, n_actions=N_ACTIONS, agent_lengths=[2, 4])
+    ring = EnvRing([EnvSlot([env], [100])], trajectory_length=6)
+    request = ring.start(0)
+    trajectory = None
+    for step in range(1, 8):
+        request, trajectory = ring.step(0, reply_for(request, step))
+        if trajectory is not None:
+            break
+    alive = trajectory[keys.ALIVE]
+    # agent_1 lives 4 steps per episode; agent_0 only 2, then waits, masked, for the env to reset
+    assert alive[:, 1].tolist() == [True] * 7
+    assert alive[:, 0].tolist() == [True, True, False, False, True, True, False]
+    assert trajectory[keys.REWARD][2:4, 0].tolist() == [0.0, 0.0]  # placeholders earn nothing
+    returns, lengths = ring.pop_episodes()
+    assert lengths == [4]
+
+
+def test_env_reported_episode_returns_replace_summed_rewards():
+    class Reporting(FakeEnv):
+        reports_episodes = True
+
+        def step(self, actions):
+            steps = super().step(actions)
+            if self.t >= self.episode_length:
+                steps[self.agent_ids[0]].info["episode_return"] = 123.0
+            return steps
+
+    ring = EnvRing([EnvSlot([Reporting(episode_length=3, n_actions=N_ACTIONS)], [100])], trajectory_length=4)
+    request = ring.start(0)
+    for step in range(1, 7):
+        request, _ = ring.step(0, reply_for(request, step))
+    assert ring.pop_episodes()[0] == [123.0, 123.0]

@@ -65,7 +65,9 @@ class PPO(Algorithm):
         advantages, returns = gae(batch[keys.REWARD][:-1].astype(np.float32), value,
                                   batch[keys.TERMINATED][:-1], batch[keys.TRUNCATED][:-1], c.gamma, c.gae_lambda)
         rows = batch[:-1]
-        flat = lambda x: torch.as_tensor(np.ascontiguousarray(x)).reshape(-1, *x.shape[2:])  # noqa: E731
+        # Rows of agents that finished before their env did are placeholders: leave them out.
+        keep = rows[keys.ALIVE].reshape(-1) if keys.ALIVE in rows else np.ones(rows[keys.REWARD].size, bool)
+        flat = lambda x: torch.as_tensor(np.ascontiguousarray(x).reshape(-1, *x.shape[2:])[keep])  # noqa: E731
         obs = {k: flat(v) for k, v in rows[keys.OBS].items_flat()}
         action, old_logprob = flat(rows[keys.ACTION]), flat(rows[keys.LOGPROB])
         old_value, adv, ret = flat(value[:-1]), flat(advantages), flat(returns)

@@ -2,7 +2,8 @@
 
 Each agent sees `[env_tag, t, last_action]` and earns 1 when its action equals
 `t % n_actions`, so a learner can solve it and a test can check which action reached
-which env at which step. Episodes last `episode_length` steps and end by truncation.
+which env at which step. Episodes last `episode_length` steps (or `agent_lengths[i]` for agent i) and end by
+truncation; the env resets when every agent is done.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from srl.data import keys
 
 class FakeEnv(Env):
     def __init__(self, n_agents: int = 1, n_actions: int = 3, episode_length: int = 10, tag: float = 0.0,
-                 step_sleep_s: float = 0.0) -> None:
+                 step_sleep_s: float = 0.0, agent_lengths: list[int] | None = None) -> None:
         self.agent_ids = tuple(f"agent_{i}" for i in range(n_agents))
+        #: Per-agent episode lengths, so agents can finish before their env does.
+        self.agent_lengths = list(agent_lengths or [episode_length] * n_agents)
         self.n_actions = n_actions
         self.episode_length = episode_length
         self.tag = tag
@@ -38,7 +41,7 @@ class FakeEnv(Env):
             last = -1 if actions is None else int(actions[agent])
             obs = {keys.OBS: np.array([self.tag + i, self.t, last], np.float32)}
             reward = 0.0 if actions is None else float(last == (self.t - 1) % self.n_actions)
-            out[agent] = AgentStep(obs, reward, False, self.t >= self.episode_length and actions is not None)
+            out[agent] = AgentStep(obs, reward, False, self.t >= self.agent_lengths[i] and actions is not None)
         return out
 
     def reset(self, seed: int | None = None) -> dict[str, AgentStep]:

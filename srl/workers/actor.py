@@ -10,7 +10,7 @@ from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.workers.env_ring import EnvRing, make_slots, spaces_of
+from srl.workers.env_ring import EnvRing, make_slots
 
 
 class ActorWorker(Worker):
@@ -23,7 +23,7 @@ class ActorWorker(Worker):
         self.inference: InferenceClient
         initial_state = None
         if actors["inference"] == "inline":
-            policy = make_policy(s["policy"], *spaces_of(slots[0].envs[0]))
+            policy = make_policy(s["policy"], *slots[0].spaces)
             params = self.spec.streams["parameters"]
             subscriber = open_subscriber(self.ctx, params.key, params.transport)
             version, weights, _ = subscriber.wait()
@@ -64,6 +64,5 @@ class ActorWorker(Worker):
         for closable in ("inference", "samples"):
             if hasattr(self, closable):
                 getattr(self, closable).close()
-        for slot in getattr(self, "ring", None).slots if hasattr(self, "ring") else []:
-            for env in slot.envs:
-                env.close()
+        for slot in self.ring.slots if hasattr(self, "ring") else []:
+            slot.close()

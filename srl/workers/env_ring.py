@@ -21,7 +21,9 @@ carries the bootstrap value).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -34,33 +36,125 @@ from srl.data.named_array import NamedArray
 _CARRIED = (keys.RNN_STATE,)
 
 
-class EnvSlot:
-    """The envs stepped together in one ring slot, flattened to rows (env-major, then agent)."""
+@dataclass
+class SlotStep:
+    """Where a slot writes one step: per-row arrays of the trajectory buffer (views)."""
+
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    alive: np.ndarray
+    next_obs: NamedArray
+    #: Row indices whose env was reset (their RNN state restarts); filled by the slot.
+    reset_rows: list[int] = field(default_factory=list)
+
+
+class Slot(ABC):
+    """A group of envs stepped together, flattened to `rows` (env-major, then agent).
+
+    `EnvSlot` loops over `srl.api.Env` objects in Python; a batched backend (EnvPool)
+    steps all its envs in one call. The ring treats both alike.
+    """
+
+    rows: int
+    n_envs: int
+    obs_fields: dict[str, tuple[tuple[int, ...], np.dtype]]
+    #: (observation space, action space) shared by every row.
+    spaces: tuple[gym.spaces.Dict, gym.Space]
+
+    @abstractmethod
+    def reset_all(self, obs: NamedArray, alive: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
+        """Step every env with its rows' actions; returns (return, length) of finished episodes."""
+
+    def close(self) -> None:
+        pass
+
+
+class EnvSlot(Slot):
+    """`srl.api.Env` objects stepped one after another.
+
+    An agent that finishes before its env does is *dead* until the env resets: its rows
+    carry `alive = 0` (the algorithm ignores them). The env resets when every agent is
+    done. An env that sets `reports_episodes` gives its own episode returns through
+    `info["episode_return"]` (e.g. the full game across Atari lives, before reward
+    clipping); otherwise the return is the sum of rewards, averaged over agents.
+    """
 
     def __init__(self, envs: Sequence[Env], seeds: Sequence[int]) -> None:
         self.envs = list(envs)
         self.agents = envs[0].agent_ids
         self.seeds = list(seeds)
         self.n_agents = len(self.agents)
-        self.rows = len(self.envs) * self.n_agents
-        space = envs[0].observation_space(self.agents[0])
-        self.obs_fields = {k: (s.shape, s.dtype) for k, s in space.spaces.items()}
-        self.returns = np.zeros(len(self.envs))
-        self.lengths = np.zeros(len(self.envs), np.int64)
+        self.n_envs = len(self.envs)
+        self.rows = self.n_envs * self.n_agents
+        self.spaces = spaces_of(envs[0])
+        self.obs_fields = {k: (s.shape, s.dtype) for k, s in self.spaces[0].spaces.items()}
+        self.reports_episodes = bool(getattr(envs[0], "reports_episodes", False))
+        self.returns = np.zeros(self.n_envs)
+        self.lengths = np.zeros(self.n_envs, np.int64)
+        self.alive = np.ones(self.rows, bool)
 
-    def write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep]) -> None:
+    def _write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep]) -> None:
         for a, agent in enumerate(self.agents):
             row = j * self.n_agents + a
-            for field, value in steps[agent].obs.items():
-                dest[field][row] = value
+            for name, value in steps[agent].obs.items():
+                dest[name][row] = value
 
-    def reset_all(self, obs: NamedArray) -> None:
+    def reset_all(self, obs: NamedArray, alive: np.ndarray) -> None:
         for j, env in enumerate(self.envs):
-            self.write_obs(obs, j, env.reset(seed=self.seeds[j]))
+            self._write_obs(obs, j, env.reset(seed=self.seeds[j]))
+        self.alive[:] = True
+        alive[:] = True
+
+    def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
+        finished = []
+        n = self.n_agents
+        for j, env in enumerate(self.envs):
+            base = j * n
+            steps = env.step({agent: actions[base + a] for a, agent in enumerate(self.agents)})
+            total = 0.0
+            all_done = True
+            for a, agent in enumerate(self.agents):
+                st = steps[agent]
+                row = base + a
+                if self.alive[row]:
+                    out.reward[row] = st.reward
+                    out.terminated[row] = st.terminated
+                    out.truncated[row] = st.truncated
+                    total += st.reward
+                    if st.done:
+                        self.alive[row] = False
+                else:  # finished earlier in this episode: a masked placeholder row
+                    out.reward[row] = 0.0
+                    out.terminated[row] = True
+                    out.truncated[row] = False
+                all_done &= not self.alive[row]
+                if self.reports_episodes and "episode_return" in st.info and a == 0:
+                    finished.append((float(st.info["episode_return"]), int(st.info.get("episode_length", 0))))
+            self.returns[j] += total / n
+            self.lengths[j] += 1
+            if all_done:
+                if not self.reports_episodes:
+                    finished.append((float(self.returns[j]), int(self.lengths[j])))
+                self.returns[j] = 0.0
+                self.lengths[j] = 0
+                steps = env.reset()
+                self.alive[base:base + n] = True
+                out.reset_rows.extend(range(base, base + n))
+            self._write_obs(out.next_obs, j, steps)
+        out.alive[:] = self.alive
+        return finished
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
 
 
 class EnvRing:
-    def __init__(self, slots: Sequence[EnvSlot], trajectory_length: int,
+    def __init__(self, slots: Sequence[Slot], trajectory_length: int,
                  initial_state: Callable[[int], NamedArray] | None = None) -> None:
         self.slots = list(slots)
         self.T = trajectory_length
@@ -85,7 +179,8 @@ class EnvRing:
         buffer[keys.REWARD] = np.zeros((self.T + 1, s.rows), np.float32)
         buffer[keys.TERMINATED] = np.zeros((self.T + 1, s.rows), bool)
         buffer[keys.TRUNCATED] = np.zeros((self.T + 1, s.rows), bool)
-        s.reset_all(obs[0])
+        buffer[keys.ALIVE] = np.ones((self.T + 1, s.rows), bool)
+        s.reset_all(obs[0], buffer[keys.ALIVE][0])
         while len(self.buffers) <= slot:
             self.buffers.append(NamedArray())
             self.states.append(NamedArray())
@@ -110,8 +205,7 @@ class EnvRing:
         """Record the reply, step the slot's envs; returns (next request, finished trajectory or None)."""
         s, buf, t = self.slots[slot], self.buffers[slot], self.t[slot]
         for path, leaf in reply.items_flat():
-            field = path.split("/", 1)[0]
-            if field in _CARRIED:
+            if path.split("/", 1)[0] in _CARRIED:
                 continue
             if path not in buf.paths():
                 buf[path] = np.zeros((self.T + 1, *leaf.shape), leaf.dtype)
@@ -121,35 +215,15 @@ class EnvRing:
             trajectory = buf.copy()
             buf[0] = buf[self.T]
             t = 0
+        out = SlotStep(buf[keys.REWARD][t], buf[keys.TERMINATED][t], buf[keys.TRUNCATED][t],
+                       buf[keys.ALIVE][t + 1], buf[keys.OBS][t + 1])
+        for episode_return, length in s.step(buf[keys.ACTION][t], out):
+            self.episode_returns.append(episode_return)
+            self.episode_lengths.append(length)
         next_state = reply[keys.RNN_STATE].copy() if keys.RNN_STATE in reply else NamedArray()
-        actions = buf[keys.ACTION][t]
-        reward, terminated, truncated = buf[keys.REWARD], buf[keys.TERMINATED], buf[keys.TRUNCATED]
-        next_obs = buf[keys.OBS][t + 1]
-        for j, env in enumerate(s.envs):
-            base = j * s.n_agents
-            steps = env.step({agent: actions[base + a] for a, agent in enumerate(s.agents)})
-            total = 0.0
-            all_done = True
-            for a, agent in enumerate(s.agents):
-                st = steps[agent]
-                reward[t, base + a] = st.reward
-                terminated[t, base + a] = st.terminated
-                truncated[t, base + a] = st.truncated
-                total += st.reward
-                all_done &= st.done
-            s.returns[j] += total / s.n_agents
-            s.lengths[j] += 1
-            if all_done:
-                self.episode_returns.append(float(s.returns[j]))
-                self.episode_lengths.append(int(s.lengths[j]))
-                s.returns[j] = 0.0
-                s.lengths[j] = 0
-                steps = env.reset()
-                if next_state.paths():
-                    fresh = self.initial_state(s.n_agents)
-                    next_state[base:base + s.n_agents] = fresh
-            s.write_obs(next_obs, j, steps)
-        self.env_steps += len(s.envs)
+        if next_state.paths() and out.reset_rows:
+            next_state[np.asarray(out.reset_rows)] = self.initial_state(len(out.reset_rows))
+        self.env_steps += s.n_envs
         self.t[slot] = t + 1
         self.states[slot] = next_state
         return self._request(slot), trajectory
@@ -160,7 +234,7 @@ class EnvRing:
         return returns, lengths
 
 
-def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, seed: int) -> list[EnvSlot]:
+def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, seed: int) -> list[Slot]:
     """Build `ring_size` slots of `envs_per_slot` envs with distinct seeds starting at `seed`."""
     slots = []
     for k in range(ring_size):

@@ -32,7 +32,7 @@ def test_bundled_config_loads():
     assert config.algorithm.type == "ppo"
     assert config.algorithm.args["lr"] == 0.001
     assert config.algorithm.args["value_coef"] == 0.5  # defaults of the component's own Config filled in
-    assert config.policy.args == {"hidden": [64, 64], "activation": "tanh"}
+    assert config.policy.args["hidden"] == [64, 64] and config.policy.args["activation"] == "tanh"
     assert config.actors.count >= 1
     assert config.stop.episode_return == 475
     # dump is loadable again

@@ -34,6 +34,8 @@ class PPOConfig(AlgorithmConfig):
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
     normalize_advantages: bool = True
+    #: Divide rewards by the running standard deviation of discounted returns.
+    normalize_rewards: bool = False
 
 
 def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -52,18 +54,49 @@ def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated
     return advantages, advantages + value[:T]
 
 
+class RunningVariance:
+    """Running mean/variance of scalars (parallel update), for reward scaling."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+
+    def update(self, x: np.ndarray) -> None:
+        n = x.size
+        if n == 0:
+            return
+        delta, total = float(x.mean()) - self.mean, self.count + n
+        self.mean += delta * n / total
+        self.var = (self.var * self.count + float(x.var()) * n + delta**2 * self.count * n / total) / total
+        self.count = total
+
+
+def discounted_returns(reward: np.ndarray, done: np.ndarray, gamma: float) -> np.ndarray:
+    """Returns-to-go within the batch (no bootstrap): only their spread matters for scaling."""
+    out = np.zeros_like(reward)
+    running = np.zeros_like(reward[0])
+    for t in reversed(range(reward.shape[0])):
+        running = reward[t] + gamma * running * (1.0 - done[t])
+        out[t] = running
+    return out
+
+
 class PPO(Algorithm):
     Config = PPOConfig
 
     def __init__(self, policy: Policy, config: PPOConfig) -> None:
         super().__init__(policy, config)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=1e-5, foreach=True)
+        self.return_scale = RunningVariance()
 
     def step(self, batch: NamedArray) -> dict[str, float]:
         c: PPOConfig = self.config
         value = batch[keys.VALUE].astype(np.float32)
-        advantages, returns = gae(batch[keys.REWARD][:-1].astype(np.float32), value,
-                                  batch[keys.TERMINATED][:-1], batch[keys.TRUNCATED][:-1], c.gamma, c.gae_lambda)
+        reward = batch[keys.REWARD][:-1].astype(np.float32)
+        terminated, truncated = batch[keys.TERMINATED][:-1], batch[keys.TRUNCATED][:-1]
+        if c.normalize_rewards:
+            self.return_scale.update(discounted_returns(reward, terminated | truncated, c.gamma))
+            reward = reward / np.float32(np.sqrt(self.return_scale.var) + 1e-8)
+        advantages, returns = gae(reward, value, terminated, truncated, c.gamma, c.gae_lambda)
         rows = batch[:-1]
         # Rows of agents that finished before their env did are placeholders: leave them out.
         keep = rows[keys.ALIVE].reshape(-1) if keys.ALIVE in rows else np.ones(rows[keys.REWARD].size, bool)
@@ -109,7 +142,8 @@ class PPO(Algorithm):
         return {k: float(np.mean(v)) for k, v in stats.items()}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "return_scale": vars(self.return_scale)}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        vars(self.return_scale).update(state.get("return_scale", {}))

@@ -60,6 +60,12 @@ class Policy(ABC):
         `keys.RNN_STATE` and the done flags, to tensors of any common leading shape.
         """
 
+    def update_statistics(self, obs: NamedArray) -> None:
+        """Fold a training batch's observations into running statistics (e.g. normalisation).
+
+        The trainer calls it before each learning step; the statistics ship with the params.
+        """
+
     @abstractmethod
     def get_params(self) -> NamedArray:
         """Weights (and any running statistics acting needs) as numpy arrays."""

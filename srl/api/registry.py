@@ -57,6 +57,10 @@ def import_object(path: str) -> Any:
 ENVS = Registry("env", {
     "gym": "srl.envs.gym:GymEnv",
     "fake": "srl.envs.fake:FakeEnv",
+    "atari": "srl.envs.atari:AtariEnv",
+    "vizdoom": "srl.envs.vizdoom:VizDoomEnv",
+    "pettingzoo": "srl.envs.pettingzoo:PettingZooEnv",
+    "football": "srl.envs.football:FootballEnv",
 })
 POLICIES = Registry("policy", {
     "actor_critic": "srl.models.actor_critic:ActorCriticPolicy",

@@ -50,6 +50,11 @@ def run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _redirect_output(spec.run_dir, spec.name)
+    # Simulators that write files into the working directory (VizDoom's config, for one)
+    # write them inside the run directory, never into the user's.
+    workdir = Path(spec.run_dir) / "workdir"
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chdir(workdir)
     # One intra-op thread per worker: workers already fill the cores, and idle OpenMP
     # threads spinning beside them cost more than any parallel speed-up of small ops.
     torch.set_num_threads(1)

@@ -82,6 +82,7 @@ class TrainerWorker(Worker):
         batch = concat(self.buffer, axis=1)
         self.buffer, self.buffered = [], 0
         start = time.monotonic()
+        self.policy.update_statistics(batch[keys.OBS][:-1])
         self.last_stats = self.algorithm.step(batch)
         self.train_time += time.monotonic() - start
         self.trained_steps += batch[keys.REWARD][:-1].size

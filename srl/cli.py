@@ -76,6 +76,21 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    try:
+        config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
+    except ConfigError as exc:
+        print(f"srl: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from srl.bench import print_table, run_bench
+
+    result = run_bench(config, args.seconds, args.cores)
+    print_table(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def _configs(args: argparse.Namespace) -> int:
     for name in bundled_configs():
         print(name)
@@ -95,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("run_dir")
     status.add_argument("--json", action="store_true")
     status.set_defaults(fn=_status)
+    bench = sub.add_parser("bench", help="measure E, I, L, S, T and the system's efficiency")
+    bench.add_argument("config", help="bundled config name or YAML path")
+    bench.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    bench.add_argument("--seconds", type=float, default=10.0, help="length of each measurement")
+    bench.add_argument("--cores", type=int, default=None, help="cores to measure on (default: all)")
+    bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    bench.set_defaults(fn=_bench)
     configs = sub.add_parser("configs", help="list bundled configs")
     configs.set_defaults(fn=_configs)
     args, extra = parser.parse_known_args(argv)
@@ -102,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
-        if args.command != "train":
+        if args.command not in ("train", "bench"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     return args.fn(args)

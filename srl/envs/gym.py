@@ -49,8 +49,13 @@ class GymEnv(Env):
 
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
         action = actions[AGENT]
-        if isinstance(self.env.action_space, gym.spaces.Discrete):
+        space = self.env.action_space
+        if isinstance(space, gym.spaces.Discrete):
             action = int(action)
+        elif isinstance(space, gym.spaces.Box):
+            # A Gaussian policy samples past the bounds; clip here, at the env boundary, so the
+            # trainer still sees (and computes log-probs of) the action it actually sampled.
+            action = np.clip(action, space.low, space.high)
         obs, reward, terminated, truncated, info = self.env.step(action)
         return {AGENT: AgentStep(self._obs(obs), float(reward), bool(terminated), bool(truncated), info)}
 

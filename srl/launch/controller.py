@@ -55,6 +55,7 @@ class WorkerState:
                 "state": self.state, "fps": round(float(self.stats.get("fps", 0.0)), 1), "restarts": self.restarts,
                 "heartbeat_age_s": round(now - self.last_heartbeat, 2) if self.last_heartbeat else None,
                 "endpoints": self.endpoints, "dropped": self.stats.get("dropped", 0),
+                "mean_batch": self.stats.get("mean_batch"),
                 "streams": {k: v.transport for k, v in self.spec.streams.items()}}
 
 

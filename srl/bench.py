@@ -1,0 +1,233 @@
+"""`srl bench`: how close an experiment runs to the compute limit of this machine.
+
+Five measurements, one after the other, each on the same N cores (N processes, one torch
+thread each, rates summed):
+
+* E — env steps/s of the experiment's env with random actions (no policy);
+* I — samples/s of the policy's forward pass alone on recorded observations, at the batch
+  size the policy workers (or inline actors) actually reach;
+* L — env steps/s the algorithm's training step absorbs, fed from an in-memory batch;
+* S — the real system sampling (actors + policy workers; the trainer runs the no-op algorithm);
+* T — the real training run.
+
+Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
+efficiency = measured / limit. 1.0 means the system adds no cost of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from srl.api.config import ExperimentConfig, validate
+from srl.data import keys
+from srl.data.named_array import NamedArray, concat, stack
+
+#: Seconds after the first env steps before the steady-state window opens.
+WARMUP_S = 1.0
+#: Extra run time for start-up, on top of the measured window.
+STARTUP_ALLOWANCE_S = 4.0
+
+
+# ------------------------------------------------------------------------ isolated parts
+def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, queue: Any) -> None:
+    from srl.workers.components import make_env
+
+    made = [make_env(env_section) for _ in range(envs)]
+    rng = np.random.default_rng(seed)
+    for i, env in enumerate(made):
+        env.reset(seed=seed * 1000 + i)
+    agents = made[0].agent_ids
+    space = made[0].action_space(agents[0])
+    space.seed(seed)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for env in made:
+            result = env.step({a: space.sample() for a in agents})
+            if all(s.done for s in result.values()):
+                env.reset(seed=int(rng.integers(1 << 30)))
+        steps += len(made)
+    queue.put(steps / (time.perf_counter() - start))
+
+
+def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:
+    """Spaces and `rows` recorded observations from the experiment's own env."""
+    from srl.workers.components import make_env
+    from srl.workers.env_ring import spaces_of
+
+    env = make_env(config.env.model_dump())
+    obs_space, act_space = spaces_of(env)
+    recorded = []
+    steps = env.reset(seed=config.seed)
+    while len(recorded) < rows:
+        for step in steps.values():
+            recorded.append(NamedArray(step.obs))
+        steps = env.step({a: act_space.sample() for a in env.agent_ids})
+        if all(s.done for s in steps.values()):
+            steps = env.reset()
+    env.close()
+    return obs_space, act_space, stack(recorded[:rows])
+
+
+def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any) -> None:
+    import torch
+
+    from srl.workers.components import make_policy
+
+    torch.set_num_threads(1)
+    config = validate(config_data)
+    obs_space, act_space, obs = _policy_inputs(config, batch)
+    policy = make_policy(config.policy.model_dump(), obs_space, act_space)
+    state = policy.initial_state(batch)
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        policy.rollout(obs, state)
+        samples += batch
+    queue.put(samples / (time.perf_counter() - start))
+
+
+def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any) -> None:
+    import torch
+
+    from srl.workers.components import make_algorithm, make_policy
+
+    torch.set_num_threads(1)
+    config = validate(config_data)
+    T = config.actors.trajectory_length
+    obs_space, act_space, obs = _policy_inputs(config, 512)
+    policy = make_policy(config.policy.model_dump(), obs_space, act_space)
+    algorithm = make_algorithm(config.algorithm.model_dump(), policy)
+    # One batch shaped as the trainer sees it: [T + 1, B] with B rows to reach batch_steps.
+    B = max(1, -(-config.trainers.batch_steps // T))
+    idx = np.random.default_rng(0).integers(0, len(obs), (T + 1) * B)
+    rows = obs[idx].map(lambda x: x.reshape(T + 1, B, *x.shape[1:]))
+    out = policy.rollout(obs[idx], policy.initial_state(len(idx)))
+    batch = NamedArray({keys.OBS: rows})
+    for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
+        batch[k] = out[k].reshape(T + 1, B, *out[k].shape[1:])
+    batch[keys.REWARD] = np.random.default_rng(1).standard_normal((T + 1, B)).astype(np.float32)
+    batch[keys.TERMINATED] = np.zeros((T + 1, B), bool)
+    batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
+    batch[keys.ALIVE] = np.ones((T + 1, B), bool)
+    batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
+    algorithm.step(batch)  # warm-up (allocations, lazy imports)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        policy.update_statistics(batch[keys.OBS][:-1])
+        algorithm.step(batch)
+        steps += T * B
+    queue.put(steps / (time.perf_counter() - start))
+
+
+def _parallel(target: Any, args: tuple, processes: int) -> float:
+    """Run `target(*args, [seed,] queue)` in `processes` spawned processes; sum their rates."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args(i), queue)) for i in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        rates = [queue.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+    return float(sum(rates))
+
+
+# ------------------------------------------------------------------------ the real system
+def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool) -> tuple[float, dict[str, Any]]:
+    """Steady env steps/s of a real local run, after start-up and a short warm-up."""
+    from srl.launch.controller import Controller
+
+    data = json.loads(json.dumps(config_data))
+    data["stop"] = {"time_s": seconds + STARTUP_ALLOWANCE_S}
+    data.setdefault("log", {}).update({"tensorboard": False, "progress": False, "report_interval_s": 0.5})
+    if sampling_only:
+        data["algorithm"] = {"type": "noop", "args": {}}
+    config = validate(data)
+    with tempfile.TemporaryDirectory(prefix="srl-bench-") as run_dir:
+        Controller(config, Path(run_dir) / "run").run()
+        records = [json.loads(line) for line in (Path(run_dir) / "run" / "metrics.jsonl").read_text().splitlines()]
+        status = json.loads((Path(run_dir) / "run" / "status.json").read_text())
+    flowing = [r for r in records if r["env_steps"] > 0]
+    if not flowing:
+        raise RuntimeError(f"the {'sampling' if sampling_only else 'training'} run produced no env steps")
+    # Steady state: from WARMUP_S after the first env steps to the end.
+    steady = [r for r in flowing if r["time_s"] >= flowing[0]["time_s"] + WARMUP_S]
+    if len(steady) < 2:
+        steady = flowing
+    first, last = steady[0], steady[-1]
+    rate = (last["env_steps"] - first["env_steps"]) / max(last["time_s"] - first["time_s"], 1e-9)
+    return rate, status
+
+
+def _reached_batch(config: ExperimentConfig, status: dict[str, Any]) -> int:
+    """The inference batch the system reached: policy workers' mean, or an inline actor's slot."""
+    batches = [w.get("mean_batch") for w in status["workers"] if w["kind"] == "policy" and w.get("mean_batch")]
+    if batches:
+        return max(1, int(round(float(np.mean(batches)))))
+    from srl.workers.components import make_env
+
+    env = make_env(config.env.model_dump())
+    agents = len(env.agent_ids)
+    env.close()
+    return config.actors.envs_per_slot * agents
+
+
+def frame_skip_of(config: ExperimentConfig) -> int:
+    args = config.env.args or {}
+    return int(args.get("frame_skip", 4 if config.env.type == "atari" else 1))
+
+
+def run_bench(config: ExperimentConfig, seconds: float, cores: int | None = None) -> dict[str, Any]:
+    cores = cores or os.cpu_count() or 1
+    data = config.model_dump(mode="json")
+    per_process = max(1, config.actors.envs_per_slot)
+    E = _parallel(_env_rate, lambda i: (data["env"], per_process, seconds, config.seed + i), cores)
+    S, sampling_status = system_rate(data, seconds, sampling_only=True)
+    batch = _reached_batch(config, sampling_status)
+    I = _parallel(_inference_rate, lambda i: (data, batch, seconds), cores)
+    L = _parallel(_learner_rate, lambda i: (data, seconds), cores)
+    T, _ = system_rate(data, seconds, sampling_only=False)
+    limit_s = 1.0 / (1.0 / E + 1.0 / I)
+    limit_t = 1.0 / (1.0 / E + 1.0 / I + 1.0 / L)
+    return {
+        "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,
+        "frame_skip": frame_skip_of(config),
+        "env_steps_per_s": E, "inference_steps_per_s": I, "learner_steps_per_s": L,
+        "sampling_steps_per_s": S, "training_steps_per_s": T,
+        "sampling_limit": limit_s, "training_limit": limit_t,
+        "sampling_efficiency": S / limit_s, "training_efficiency": T / limit_t,
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    skip = result["frame_skip"]
+    table = Table(title=f"srl bench {result['config']} ({result['cores']} cores, inference batch {result['inference_batch']})")
+    table.add_column("measure")
+    table.add_column("steps/s", justify="right")
+    if skip > 1:
+        table.add_column("frames/s", justify="right")
+    rows = [("E  env, random actions", "env_steps_per_s"), ("I  policy forward pass", "inference_steps_per_s"),
+            ("L  learner", "learner_steps_per_s"), ("S  system, sampling", "sampling_steps_per_s"),
+            ("T  system, training", "training_steps_per_s"), ("limit_S = 1/(1/E+1/I)", "sampling_limit"),
+            ("limit_T = 1/(1/E+1/I+1/L)", "training_limit")]
+    for label, key in rows:
+        cells = [label, f"{result[key]:,.0f}"] + ([f"{result[key] * skip:,.0f}"] if skip > 1 else [])
+        table.add_row(*cells)
+    table.add_row("sampling efficiency S/limit_S", f"{result['sampling_efficiency']:.2f}", *([""] if skip > 1 else []))
+    table.add_row("training efficiency T/limit_T", f"{result['training_efficiency']:.2f}", *([""] if skip > 1 else []))
+    Console(width=120).print(table)

@@ -1,0 +1,39 @@
+"""Benchmarks run in smoke mode so they cannot rot; their figures are never asserted."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_srl_bench_smoke(run_srl, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_srl("bench", "cartpole-ppo", "--seconds", "1", "--json", str(out), "actors.count=1", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for key in ("env_steps_per_s", "inference_steps_per_s", "learner_steps_per_s", "sampling_steps_per_s",
+                "training_steps_per_s", "sampling_efficiency", "training_efficiency"):
+        assert figures[key] > 0, key
+    assert "efficiency" in result.stdout
+
+
+def test_ring_sweep_smoke(tmp_path):
+    out = tmp_path / "ring.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ring_sweep.py"), "cartpole-ppo", "--seconds", "1",
+                             "--sizes", "1", "2", "--json", str(out), "actors.count=1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(json.loads(out.read_text())["steps_per_s"]) == {"1", "2"}
+
+
+def test_wire_auth_smoke(tmp_path):
+    out = tmp_path / "wire.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wire_auth.py"), "--smoke", "--json", str(out)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"none", "hmac", "curve"} <= json.loads(out.read_text()).keys()

@@ -357,7 +357,7 @@ def test_parameters_grow(ctx, ends, transport):
             time.sleep(0.01)
         np.testing.assert_array_equal(got[1]["w"], expected)
     if transport == "shm":
-        assert len(shm_files(ctx.shm_prefix + "params_data")) == 1
+        assert len([f for f in shm_files(ctx.shm_prefix + "params") if "_data_g" in f]) == 1
 
 
 # ------------------------------------------------------------------ samples

@@ -31,6 +31,8 @@ class EnvConfig(Section):
     #: For `type: gym`: a Gymnasium id, or `package.module:Class` of a Gymnasium env.
     id: str | None = None
     args: dict[str, Any] = {}
+    #: How actors step their envs: `python` (Env objects) or `envpool` (one EnvPool batch per ring slot).
+    backend: Literal["python", "envpool"] = "python"
 
 
 class ComponentConfig(Section):
@@ -91,6 +93,14 @@ class CheckpointConfig(Section):
     keep: PositiveInt = 3
 
 
+class SupervisionConfig(Section):
+    #: A running worker silent for this long is considered hung: killed and restarted.
+    heartbeat_timeout_s: float = Field(10.0, gt=0)
+    #: Restarts allowed per worker within `restart_window_s`; one more stops the run cleanly.
+    max_restarts: int = Field(3, ge=0)
+    restart_window_s: float = Field(60.0, gt=0)
+
+
 class ExperimentConfig(Section):
     name: str
     seed: int = 0
@@ -104,6 +114,7 @@ class ExperimentConfig(Section):
     stop: StopConfig = StopConfig()
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    supervision: SupervisionConfig = SupervisionConfig()
     launcher: Literal["local"] = "local"
 
     @pydantic.model_validator(mode="after")

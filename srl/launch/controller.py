@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,13 +50,17 @@ class WorkerState:
     error: str = ""
     #: The worker's identity on the control link, to send it commands unprompted.
     client: bytes = b""
+    started_at: float = 0.0
+    restart_times: collections.deque = field(default_factory=collections.deque)
+    #: Seconds from the last restart to the replacement's first heartbeat.
+    restart_latency_s: float | None = None
 
     def row(self, now: float) -> dict[str, Any]:
         return {"name": self.spec.name, "kind": self.spec.kind, "pid": self.pid, "host": self.host,
                 "state": self.state, "fps": round(float(self.stats.get("fps", 0.0)), 1), "restarts": self.restarts,
                 "heartbeat_age_s": round(now - self.last_heartbeat, 2) if self.last_heartbeat else None,
                 "endpoints": self.endpoints, "dropped": self.stats.get("dropped", 0),
-                "mean_batch": self.stats.get("mean_batch"),
+                "mean_batch": self.stats.get("mean_batch"), "restart_latency_s": self.restart_latency_s,
                 "streams": {k: v.transport for k, v in self.spec.streams.items()}}
 
 
@@ -124,13 +129,49 @@ class Controller:
                 if self.launcher.host_of(spec.name) == self.launcher.host_of(CONTROL_KEY):
                     spec.controller_pid = os.getpid()
                 self.workers[spec.name] = WorkerState(spec)
-                self.workers[spec.name].pid = self.launcher.start(spec, self.context)
+                self._start(self.workers[spec.name])
             self._monitor()
         finally:
             self._shutdown(ctx)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.summary
+
+    def _start(self, worker: WorkerState) -> None:
+        worker.state = "starting"
+        worker.started_at = time.monotonic()
+        worker.pid = self.launcher.start(worker.spec, self.context)
+
+    def _restart(self, worker: WorkerState, why: str, now: float) -> None:
+        """Replace a dead or hung worker in place, within its restart budget."""
+        budget = self.config.supervision
+        while worker.restart_times and now - worker.restart_times[0] > budget.restart_window_s:
+            worker.restart_times.popleft()
+        if len(worker.restart_times) >= budget.max_restarts:
+            worker.state = "failed"
+            tail = self._log_tail(worker.spec.name)
+            worker.error = worker.error or tail
+            self.stop_reason = (f"worker {worker.spec.name} {why}; {len(worker.restart_times)} restarts within "
+                                f"{budget.restart_window_s:.0f} s used up the restart budget")
+            print(f"srl: {self.stop_reason}. Last lines of its log:\n{tail}", file=sys.stderr)
+            return
+        log.warning("restarting %s (%s)", worker.spec.name, why)
+        if worker.spec.kind == "actor":  # its steps happened; its successor counts from zero
+            self.finished_env_steps += int(worker.stats.get("env_steps", 0))
+        if worker.spec.kind == "trainer":  # continue from the last checkpoint
+            worker.spec.settings["resume"] = True
+        worker.stats, worker.client, worker.error = {}, b"", ""
+        worker.restarts += 1
+        worker.restart_times.append(now)
+        worker.restart_latency_s = None
+        self._start(worker)
+
+    def _log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.run_dir.path / "logs" / f"{name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._interrupted = True
@@ -155,8 +196,8 @@ class Controller:
     def _handle(self, message: Any) -> None:
         meta = message.meta
         worker = self.workers.get(str(meta.get("worker")))
-        if worker is None:
-            return
+        if worker is None or (meta.get("pid") and worker.pid and meta["pid"] != worker.pid):
+            return  # unknown, or the last words of a worker already replaced
         event = meta.get("event")
         now = time.monotonic()
         if event in ("heartbeat", "exit"):
@@ -170,24 +211,33 @@ class Controller:
             if event == "heartbeat":
                 worker.pid, worker.host = meta.get("pid", worker.pid), meta.get("host", worker.host)
                 worker.endpoints = list(meta.get("endpoints") or [])
+                if worker.state == "starting" and worker.restarts:
+                    worker.restart_latency_s = round(now - worker.started_at, 3)
                 worker.state = "running" if worker.state in ("starting", "running") else worker.state
                 command = "stop" if self.stop_reason else "ok"
                 self.control.send(message.client, 0, {"command": command, "info": {"env_steps": self.env_steps}})
             else:
                 worker.state = "exited"
-        elif event == "error":
-            worker.state = "failed"
+        elif event == "error":  # the worker exits next; supervision restarts it within budget
             worker.error = str(meta.get("error", ""))
-            self.stop_reason = f"worker {worker.spec.name} failed: {worker.error.strip().splitlines()[-1] if worker.error.strip() else '?'}"
 
     def _check_workers(self, now: float) -> None:
+        if self.stop_reason:
+            return
+        timeout = self.config.supervision.heartbeat_timeout_s
         for name, worker in self.workers.items():
             code = self.launcher.exitcode(name)
             if code is not None and worker.state not in ("exited", "failed"):
-                worker.state = "failed"
-                self.stop_reason = self.stop_reason or f"worker {name} died with exit code {code}"
-            elif worker.state == "starting" and now - self.started > STARTUP_GRACE_S:
-                self.stop_reason = self.stop_reason or f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s"
+                last = worker.error.strip().splitlines()[-1] if worker.error.strip() else ""
+                self._restart(worker, f"died with exit code {code}" + (f" ({last})" if last else ""), now)
+            elif worker.state == "running" and now - worker.last_heartbeat > timeout:
+                worker.state = "hung"
+                log.warning("%s sent no heartbeat for %.0f s; killing it", name, now - worker.last_heartbeat)
+                self.launcher.signal(name, signal.SIGKILL)
+            elif worker.state == "starting" and now - worker.started_at > STARTUP_GRACE_S:
+                self.stop_reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s"
+            if self.stop_reason:
+                return
 
     def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
         steps = self.env_steps

@@ -9,6 +9,7 @@ code is the same for both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import time
 from collections import deque
 
 import numpy as np
@@ -34,16 +35,38 @@ class InferenceClient(ABC):
 
 
 class RemoteInference(InferenceClient):
-    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str) -> None:
+    """Requests to a policy worker. If it is replaced, reconnect and ask again.
+
+    A request unanswered for `reconnect_after_s` makes the client check the name service;
+    a restarted policy worker has registered a new address, and every pending request is
+    re-sent there (the ring keeps each pending request's rows untouched until answered).
+    """
+
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str,
+                 reconnect_after_s: float = 2.0) -> None:
         self.link = LinkClient(ctx, key, transport, name)
+        self.pending: dict[int, NamedArray] = {}
+        self.reconnect_after_s = reconnect_after_s
+        self.last_reply = time.monotonic()
+        self.reconnects = 0
 
     def request(self, slot: int, request: NamedArray) -> None:
+        self.pending[slot] = request
         self.link.send(slot, {}, request)
 
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
         got = self.link.recv(timeout_ms)
-        if got is None or got.arrays is None:
+        now = time.monotonic()
+        if got is None or got.arrays is None or got.slot not in self.pending:
+            if self.pending and now - self.last_reply > self.reconnect_after_s:
+                self.last_reply = now
+                if self.link.refresh():
+                    self.reconnects += 1
+                    for slot, request in self.pending.items():
+                        self.link.send(slot, {}, request)
             return None
+        self.last_reply = now
+        del self.pending[got.slot]
         return got.slot, got.arrays
 
     def close(self) -> None:

@@ -204,6 +204,7 @@ class LinkServer(_Endpoint):
             self.socket.bind(f"tcp://{ctx.host}:0")
             self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._writers: dict[bytes, ShmWriter] = {}
+        self._token = secrets.token_hex(2)  # a restarted server's segments never collide with its predecessor's
         ctx.names.register(key, self.address)
 
     def recv(self, timeout_ms: int = 0) -> Received | None:
@@ -224,7 +225,7 @@ class LinkServer(_Endpoint):
         if self.transport == "shm" and arrays is not None:
             writer = self._writers.get(client)
             if writer is None:
-                name = f"{self.ctx.shm_prefix}{self.key.replace('/', '.')}_r{len(self._writers)}"
+                name = f"{self.ctx.shm_prefix}{self.key.replace('/', '.')}-{self._token}_r{len(self._writers)}"
                 writer = self._writers[client] = ShmWriter(name)
         # copy=True: zmq may send after we return, and callers reuse their arrays at once.
         self.socket.send_multipart([client, *self._encode(slot, meta, arrays, writer)], copy=True)
@@ -242,7 +243,21 @@ class LinkClient(_Endpoint):
         super().__init__(ctx, key, transport, zmq.DEALER)
         self.address = ctx.names.lookup(key, lookup_timeout_s)
         self.socket.connect(self.address)
-        self.writer = ShmWriter(f"{ctx.shm_prefix}{name}_{key.replace('/', '.')}") if transport == "shm" else None
+        # The token keeps a restarted worker's segments apart from its predecessor's.
+        writer_name = f"{ctx.shm_prefix}{name}-{secrets.token_hex(2)}_{key.replace('/', '.')}"
+        self.writer = ShmWriter(writer_name) if transport == "shm" else None
+
+    def refresh(self) -> bool:
+        """Reconnect if the server re-registered elsewhere (it was restarted). True if it did."""
+        address = self.ctx.names.get(self.key)
+        if address is None or address == self.address:
+            return False
+        self.socket.close(linger=0)
+        self.socket = self.ctx.zmq_context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+        self.address = address
+        return True
 
     def send(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
         self.socket.send_multipart(self._encode(slot, meta, arrays, self.writer), copy=True)

@@ -11,6 +11,7 @@ version now and then for subscribers that joined (or restarted) after it was pub
 
 from __future__ import annotations
 
+import secrets
 import struct
 import threading
 import time
@@ -59,7 +60,9 @@ class ParameterSubscriber(ABC):
 
 class ShmParameterPublisher(ParameterPublisher):
     def __init__(self, ctx: StreamContext, key: str) -> None:
-        base = f"{ctx.shm_prefix}{key.replace('/', '.')}"
+        # A fresh name per publisher: a restarted trainer never collides with what its
+        # predecessor left, and subscribers notice the new name in the name service.
+        base = f"{ctx.shm_prefix}{key.replace('/', '.')}-{secrets.token_hex(3)}"
         self.control = Segment.create(f"{base}_ctl", _CONTROL_BYTES)
         self.writer = ShmWriter(f"{base}_data")
         self.seq = 0
@@ -82,11 +85,29 @@ class ShmParameterPublisher(ParameterPublisher):
 
 class ShmParameterSubscriber(ParameterSubscriber):
     def __init__(self, ctx: StreamContext, key: str, lookup_timeout_s: float = 60.0) -> None:
-        self.control = Segment.attach(ctx.names.lookup(key, lookup_timeout_s))
+        self.ctx, self.key = ctx, key
+        self.name = ctx.names.lookup(key, lookup_timeout_s)
+        self.control = Segment.attach(self.name)
         self.reader = ShmReader(ctx.shm_prefix)
         self.version = -1
+        self.last_lookup = time.monotonic()
+
+    def _follow_publisher(self) -> None:
+        """Re-attach (and accept any version) if a new publisher registered, e.g. a restarted trainer."""
+        if time.monotonic() - self.last_lookup < REPUBLISH_S:
+            return
+        self.last_lookup = time.monotonic()
+        name = self.ctx.names.get(self.key)
+        if name and name != self.name:
+            try:
+                control = Segment.attach(name)
+            except FileNotFoundError:
+                return
+            self.control.close()
+            self.control, self.name, self.version = control, name, -1
 
     def poll(self) -> tuple[int, NamedArray, dict[str, Any]] | None:
+        self._follow_publisher()
         for _ in range(100):
             seq, version_plus_one = _CONTROL.unpack_from(self.control.buf, 0)
             if seq % 2 or version_plus_one - 1 <= self.version:
@@ -121,11 +142,13 @@ class ZmqParameterPublisher(ParameterPublisher):
         self.secret = ctx.secret
         self.frames: list[Any] | None = None
         self.last_sent = 0.0
+        self.incarnation = secrets.token_hex(4)
         ctx.names.register(key, self.socket.getsockopt_string(zmq.LAST_ENDPOINT))
 
     def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
         # Copy: the trainer keeps updating its tensors while zmq sends asynchronously.
-        self.frames = wire.encode({**(meta or {}), "version": version}, params.copy(), self.secret)
+        meta = {**(meta or {}), "version": version, "incarnation": self.incarnation}
+        self.frames = wire.encode(meta, params.copy(), self.secret)
         self._send()
 
     def _send(self) -> None:
@@ -147,9 +170,13 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, 2)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self.socket.connect(ctx.names.lookup(key, lookup_timeout_s))
+        self.ctx, self.key = ctx, key
+        self.address = ctx.names.lookup(key, lookup_timeout_s)
+        self.socket.connect(self.address)
         self.secret = ctx.secret
         self.version = -1
+        self.incarnation = ""
+        self.last_lookup = time.monotonic()
         self.dropped = 0
         self._latest: tuple[int, NamedArray, dict[str, Any]] | None = None
         self._lock = threading.Lock()
@@ -157,9 +184,19 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self._thread = threading.Thread(target=self._receive, daemon=True, name="param-sub")
         self._thread.start()
 
+    def _follow_publisher(self) -> None:
+        if time.monotonic() - self.last_lookup < REPUBLISH_S:
+            return
+        self.last_lookup = time.monotonic()
+        address = self.ctx.names.get(self.key)
+        if address and address != self.address:  # a restarted trainer publishes elsewhere
+            self.socket.connect(address)
+            self.address = address
+
     def _receive(self) -> None:
         while not self._stop.is_set():
             try:
+                self._follow_publisher()
                 if not self.socket.poll(100):
                     continue
                 frames = self.socket.recv_multipart(copy=False)
@@ -168,10 +205,13 @@ class ZmqParameterSubscriber(ParameterSubscriber):
             try:
                 meta, params = wire.decode(frames, self.secret)
                 version = int(meta.pop("version"))
+                incarnation = str(meta.pop("incarnation", ""))
             except (wire.WireError, KeyError, TypeError, ValueError):
                 self.dropped += 1
                 continue
             with self._lock:
+                if incarnation != self.incarnation:  # a new publisher restarts the version count
+                    self.incarnation, self.version, self._latest = incarnation, -1, None
                 if version > self.version and (self._latest is None or version > self._latest[0]):
                     self._latest = (version, params.copy() if params is not None else NamedArray(), meta)
 

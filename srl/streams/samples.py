@@ -7,6 +7,7 @@ trainer slows the actors down instead of growing a queue.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +16,18 @@ from srl.streams.link import LinkClient, LinkServer, StreamContext, Transport
 
 
 class SampleProducer:
-    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, slots: int) -> None:
+    """An actor's end. If the trainer is replaced while we wait for credit, start afresh there.
+
+    Trajectories in flight to a trainer that died are lost (at most `slots` of them).
+    """
+
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, slots: int,
+                 reconnect_after_s: float = 2.0) -> None:
         self.link = LinkClient(ctx, key, transport, name)
+        self.slots = slots
         self.free = list(range(slots))
+        self.reconnect_after_s = reconnect_after_s
+        self.reconnects = 0
 
     def _collect_credits(self, timeout_ms: int) -> None:
         while (got := self.link.recv(timeout_ms)) is not None:
@@ -28,8 +38,14 @@ class SampleProducer:
             while_waiting: Callable[[], bool] | None = None) -> bool:
         """Send `batch`; waits for a credit, calling `while_waiting` every 100 ms (return False to give up)."""
         self._collect_credits(0)
+        waiting_since = time.monotonic()
         while not self.free:
             self._collect_credits(100)
+            if not self.free and time.monotonic() - waiting_since > self.reconnect_after_s:
+                waiting_since = time.monotonic()
+                if self.link.refresh():
+                    self.reconnects += 1
+                    self.free = list(range(self.slots))
             if not self.free and while_waiting is not None and not while_waiting():
                 return False
         self.link.send(self.free.pop(), meta or {}, batch)

@@ -151,14 +151,14 @@ class Worker(ABC):
             code = 1
             text = traceback.format_exc()
             log.error("worker %s failed:\n%s", self.name, text)
-            self._control.send(0, {"worker": self.name, "event": "error", "error": text[-4000:]})
+            self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:]})
         finally:
             try:
                 self.teardown()
             except Exception:
                 log.exception("teardown of %s failed", self.name)
             if code == 0:
-                self._control.send(0, {"worker": self.name, "event": "exit", "stats": self.stats()})
+                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self.stats()})
             time.sleep(0.05)  # let the last message leave before the socket closes
             self._control.close()
         return code

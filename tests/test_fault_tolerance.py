@@ -1,0 +1,79 @@
+"""Fault injection on real runs: killed workers are replaced and the run still reaches its goal."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import srl_command
+
+pytestmark = pytest.mark.integration
+
+
+def _status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"run ended while waiting for {what}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _worker(run_dir: Path, name: str) -> dict | None:
+    for w in _status(run_dir).get("workers", []):
+        if w["name"] == name:
+            return w
+    return None
+
+
+def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
+                    "stop.episode_return=150", "stop.time_s=200", "checkpoint.every_s=2", "log.tensorboard=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for name in ("actor.0", "policy.0", "trainer.0"):
+            running = lambda: (w := _worker(run_dir, name)) and w["state"] == "running" and w  # noqa: E731
+            victim = _wait_for(running, 60, f"{name} running", process)
+            os.kill(victim["pid"], signal.SIGKILL)
+            replaced = lambda: ((w := _worker(run_dir, name)) and w["restarts"] >= 1  # noqa: E731
+                                and w["state"] == "running" and w["pid"] != victim["pid"] and w)
+            _wait_for(replaced, 60, f"{name} replaced", process)
+        process.wait(timeout=200)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"].startswith("episode_return_mean"), summary
+        workers = {w["name"]: w for w in _status(run_dir)["workers"]}
+        for name in ("actor.0", "policy.0", "trainer.0"):
+            assert workers[name]["restarts"] == 1 and workers[name]["restart_latency_s"] is not None
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_crash_looping_env_stops_within_the_restart_budget(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "env.type=fake", "env.id=null",
+                     "env.args={crash_after_steps: 50}", "actors.count=1", "actors.envs_per_slot=2",
+                     "supervision.max_restarts=2", "stop.time_s=120", "log.tensorboard=false", timeout=120)
+    assert result.returncode == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "restart budget" in summary["stop_reason"] and "actor.0" in summary["stop_reason"]
+    assert summary["wall_time_s"] < 60
+    assert "simulated simulator crash" in result.stderr  # the worker's last log lines are shown
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{_status(run_dir)['run_id']}_")]

@@ -77,3 +77,31 @@ def test_crash_looping_env_stops_within_the_restart_budget(run_srl, tmp_path):
     assert summary["wall_time_s"] < 60
     assert "simulated simulator crash" in result.stderr  # the worker's last log lines are shown
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{_status(run_dir)['run_id']}_")]
+
+
+def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "stop.time_s=200", "stop.episode_return=null",
+                    "checkpoint.every_s=1", "log.tensorboard=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def saved():
+            infos = [json.loads(p.read_text()) for p in sorted((run_dir / "checkpoints").glob("ckpt-*.json"))]
+            return [i for i in infos if i["env_steps"] > 0]
+        _wait_for(saved, 60, "a checkpoint with env steps", process)
+        run_id = _status(run_dir)["run_id"]
+        os.killpg(process.pid, signal.SIGKILL)  # the whole process group, no goodbye
+        process.wait()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    time.sleep(1)
+    checkpoint = saved()[-1]
+    target = checkpoint["env_steps"] + 20000
+    result = run_srl("train", "--resume", str(run_dir), f"stop.env_steps={target}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= target and summary["policy_version"] >= checkpoint["version"]
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]  # the killed run's, swept

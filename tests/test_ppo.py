@@ -105,9 +105,25 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path):
     assert [p.name for p in sorted(tmp_path.glob("ckpt-*.pt"))] == ["ckpt-000000004.pt", "ckpt-000000005.pt"]
     assert not list(tmp_path.glob(".*tmp"))
     latest = checkpoint.latest(tmp_path)
-    assert checkpoint.info(latest) == {"version": 5, "env_steps": 500}
+    info = checkpoint.info(latest)
+    assert info["version"] == 5 and info["env_steps"] == 500 and len(info["sha256"]) == 64
     restored = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
     restored.load_state_dict(checkpoint.load(latest)["policy"])
     assert restored.version == 5
     for (_, a), (_, b) in zip(policy.get_params().items_flat(), restored.get_params().items_flat()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
+    for version in (1, 2, 3):
+        checkpoint.save(tmp_path, version, {"policy": policy.state_dict()}, {"env_steps": version}, keep=3)
+    newest = tmp_path / "ckpt-000000003.pt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a flipped byte
+    newest.write_bytes(bytes(data))
+    assert checkpoint.latest(tmp_path).name == "ckpt-000000002.pt"
+    (tmp_path / "ckpt-000000002.pt").write_bytes(b"truncated")
+    assert checkpoint.latest(tmp_path).name == "ckpt-000000001.pt"
+    (tmp_path / "ckpt-000000001.json").unlink()
+    assert checkpoint.latest(tmp_path) is None

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from srl.api.config import ExperimentConfig, dump
 from srl.launch.graph import build_graph
 from srl.launch.local import LocalLauncher
-from srl.launch.run_dir import RunDir
+from srl.launch.run_dir import RunDir, read_status
 from srl.streams import shm
 from srl.streams.link import LinkServer, StreamContext
 from srl.streams.names import DirectoryNameService
@@ -123,8 +125,10 @@ class Controller:
         self.control = LinkServer(ctx, CONTROL_KEY, "shm")
         self.started = time.monotonic()
         try:
-            if self.resume and (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
-                self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
+            if self.resume:
+                self._clean_after_previous_run()
+                if (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
+                    self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
             for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume):
                 if self.launcher.host_of(spec.name) == self.launcher.host_of(CONTROL_KEY):
                     spec.controller_pid = os.getpid()
@@ -136,6 +140,25 @@ class Controller:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.summary
+
+    def _clean_after_previous_run(self) -> None:
+        """A run killed outright (SIGKILL) could not sweep its shared memory: do it now."""
+        try:
+            previous = read_status(self.run_dir.path)
+        except (FileNotFoundError, ValueError):
+            return
+        pid = previous.get("controller_pid")
+        if pid and psutil.pid_exists(pid) and pid != os.getpid():
+            try:
+                if "srl" in " ".join(psutil.Process(pid).cmdline()):
+                    raise RuntimeError(f"the run in {self.run_dir.path} is still going (controller pid {pid})")
+            except psutil.Error:
+                pass
+        removed = shm.sweep(f"{shm.PREFIX}{previous.get('run_id', '')}_") if previous.get("run_id") else []
+        if previous.get("private_dir", "").startswith(tempfile.gettempdir()):
+            shutil.rmtree(previous["private_dir"], ignore_errors=True)
+        if removed:
+            log.info("removed %d shared-memory segments of the previous run", len(removed))
 
     def _start(self, worker: WorkerState) -> None:
         worker.state = "starting"
@@ -260,6 +283,7 @@ class Controller:
 
     def _write_status(self, state: str, now: float) -> None:
         self.run_dir.write_status({"run_id": self.run_id, "state": state, "controller_pid": os.getpid(),
+                                   "private_dir": self.private_dir,
                                    "launcher": self.launcher.name, "env_steps": self.env_steps,
                                    "workers": [w.row(now) for w in self.workers.values()]})
 

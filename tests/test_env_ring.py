@@ -244,3 +244,56 @@ def test_env_reported_episode_returns_replace_summed_rewards():
     for step in range(1, 7):
         request, _ = ring.step(0, reply_for(request, step))
     assert ring.pop_episodes()[0] == [123.0, 123.0]
+
+
+class _Broken(FakeEnv):
+    """A FakeEnv whose observation goes bad at step 3."""
+
+    def __init__(self, fault: str, **kwargs):
+        super().__init__(**kwargs)
+        self.fault = fault
+
+    def _steps(self, actions):
+        steps = super()._steps(actions)
+        if self.t == 3:
+            agent = self.agent_ids[-1]
+            if self.fault == "nan":
+                steps[agent].obs[keys.OBS][1] = np.nan
+            elif self.fault == "shape":
+                steps[agent].obs[keys.OBS] = np.zeros(5, np.float32)
+        return steps
+
+
+@pytest.mark.parametrize("fault,message", [("nan", "NaN"), ("shape", "shape (5,)")])
+def test_bad_env_output_names_env_agent_and_field(fault, message):
+    from srl.workers.checks import BadEnvOutput
+
+    slot = EnvSlot([_Broken(fault, n_agents=2, n_actions=N_ACTIONS)], [100], name="Broken-v0")
+    ring = EnvRing([slot], trajectory_length=8)
+    request = ring.start(0)
+    with pytest.raises(BadEnvOutput) as error:
+        for step in range(1, 6):
+            request, _ = ring.step(0, reply_for(request, step))
+    text = str(error.value)
+    assert "Broken-v0" in text and "agent_1" in text and "'obs'" in text and message in text
+
+
+def test_nan_output_can_skip_the_episode_instead():
+    slot = EnvSlot([_Broken("nan", n_actions=N_ACTIONS, episode_length=100)], [100], on_bad_output="skip_episode")
+    ring = EnvRing([slot], trajectory_length=8)
+    request = ring.start(0)
+    for step in range(1, 6):
+        request, _ = ring.step(0, reply_for(request, step))
+    assert slot.skipped_episodes == 1
+    assert np.isfinite(request[keys.OBS][keys.OBS]).all()
+
+
+def test_an_action_outside_the_space_is_a_clear_error():
+    from srl.workers.checks import BadAction
+
+    ring = EnvRing([EnvSlot([FakeEnv(n_actions=3)], [100], name="Fake-v0")], trajectory_length=4)
+    request = ring.start(0)
+    reply = reply_for(request, 1)
+    reply[keys.ACTION] = np.array([7])
+    with pytest.raises(BadAction, match="Fake-v0.*outside the action space"):
+        ring.step(0, reply)

@@ -33,6 +33,9 @@ class EnvConfig(Section):
     args: dict[str, Any] = {}
     #: How actors step their envs: `python` (Env objects) or `envpool` (one EnvPool batch per ring slot).
     backend: Literal["python", "envpool"] = "python"
+    #: An observation or reward with NaN: `raise` stops the actor with an error naming env,
+    #: agent and field; `skip_episode` ends that episode and carries on.
+    on_bad_output: Literal["raise", "skip_episode"] = "raise"
 
 
 class ComponentConfig(Section):

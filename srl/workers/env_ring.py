@@ -31,6 +31,7 @@ import numpy as np
 from srl.api.env import AgentStep, Env
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.workers import checks
 
 #: Reply fields that are not stored per row: the RNN state is fed forward, not recorded twice.
 _CARRIED = (keys.RNN_STATE,)
@@ -83,7 +84,12 @@ class EnvSlot(Slot):
     clipping); otherwise the return is the sum of rewards, averaged over agents.
     """
 
-    def __init__(self, envs: Sequence[Env], seeds: Sequence[int]) -> None:
+    def __init__(self, envs: Sequence[Env], seeds: Sequence[int], name: str = "env",
+                 on_bad_output: checks.OnBadOutput = "raise") -> None:
+        self.name = name
+        self.on_bad_output = on_bad_output
+        #: Episodes cut short because the env returned NaN (with on_bad_output=skip_episode).
+        self.skipped_episodes = 0
         self.envs = list(envs)
         self.agents = envs[0].agent_ids
         self.seeds = list(seeds)
@@ -97,19 +103,45 @@ class EnvSlot(Slot):
         self.lengths = np.zeros(self.n_envs, np.int64)
         self.alive = np.ones(self.rows, bool)
 
-    def _write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep]) -> None:
+    def _write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep], check_dtypes: bool = False) -> None:
         for a, agent in enumerate(self.agents):
             row = j * self.n_agents + a
             for name, value in steps[agent].obs.items():
-                dest[name][row] = value
+                if check_dtypes:
+                    checks.check_dtype(self.name, j, agent, name, value, self.obs_fields[name][1])
+                try:
+                    dest[name][row] = value
+                except (ValueError, TypeError, KeyError):
+                    if name not in self.obs_fields:
+                        raise checks.BadEnvOutput(f"{checks.where(self.name, j, agent, name)}: not a declared "
+                                                  f"observation field ({list(self.obs_fields)})") from None
+                    raise checks.shape_error(self.name, j, agent, name, value, self.obs_fields[name][0]) from None
+
+    def _check_finite(self, out: SlotStep) -> None:
+        bad = checks.non_finite_rows({k: out.next_obs[k] for k in self.obs_fields}, out.reward)
+        for row, field in bad.items():
+            j, agent = row // self.n_agents, self.agents[row % self.n_agents]
+            if self.on_bad_output == "raise":
+                raise checks.BadEnvOutput(f"{checks.where(self.name, j, agent, field)}: NaN or infinity")
+            # skip_episode: end the episode here (truncated), start a new one, learn nothing from the row
+            base = j * self.n_agents
+            out.next_obs[base:base + self.n_agents] = 0
+            out.reward[base:base + self.n_agents] = 0.0
+            out.truncated[base:base + self.n_agents] = True
+            self._write_obs(out.next_obs, j, self.envs[j].reset())
+            self.alive[base:base + self.n_agents] = True
+            self.returns[j], self.lengths[j] = 0.0, 0
+            out.reset_rows.extend(range(base, base + self.n_agents))
+            self.skipped_episodes += 1
 
     def reset_all(self, obs: NamedArray, alive: np.ndarray) -> None:
         for j, env in enumerate(self.envs):
-            self._write_obs(obs, j, env.reset(seed=self.seeds[j]))
+            self._write_obs(obs, j, env.reset(seed=self.seeds[j]), check_dtypes=True)
         self.alive[:] = True
         alive[:] = True
 
     def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
+        checks.check_actions(self.name, self.spaces[1], actions)
         finished = []
         n = self.n_agents
         for j, env in enumerate(self.envs):
@@ -145,6 +177,7 @@ class EnvSlot(Slot):
                 self.alive[base:base + n] = True
                 out.reset_rows.extend(range(base, base + n))
             self._write_obs(out.next_obs, j, steps)
+        self._check_finite(out)
         out.alive[:] = self.alive
         return finished
 
@@ -234,12 +267,22 @@ class EnvRing:
         return returns, lengths
 
 
-def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, seed: int) -> list[Slot]:
-    """Build `ring_size` slots of `envs_per_slot` envs with distinct seeds starting at `seed`."""
+def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, seed: int,
+               backend: str = "python", env_config: dict | None = None) -> list[Slot]:
+    """Build `ring_size` slots of `envs_per_slot` envs with distinct seeds starting at `seed`.
+
+    `backend="envpool"` builds each slot as one EnvPool batch from the `env_config` section.
+    """
+    if backend == "envpool":
+        from srl.envs.envpool_slot import EnvPoolSlot
+
+        return [EnvPoolSlot(env_config or {}, envs_per_slot, seed + k * envs_per_slot) for k in range(ring_size)]
     slots = []
+    name = str((env_config or {}).get("id") or (env_config or {}).get("type") or "env")
+    on_bad = (env_config or {}).get("on_bad_output", "raise")
     for k in range(ring_size):
         envs = [make_env() for _ in range(envs_per_slot)]
-        slots.append(EnvSlot(envs, [seed + k * envs_per_slot + j for j in range(envs_per_slot)]))
+        slots.append(EnvSlot(envs, [seed + k * envs_per_slot + j for j in range(envs_per_slot)], name, on_bad))
     return slots
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from srl.api.config import (ConfigError, apply_overrides, bundled_configs, read_config_file, validate_components,
+from srl.api.config import (ConfigError, check_devices, apply_overrides, bundled_configs, read_config_file, validate_components,
                             validate_structure)
 
 EXIT_CONFIG = 2
@@ -35,6 +35,7 @@ def _train(args: argparse.Namespace) -> int:
 
         LocalLauncher.prepare()
         config = validate_components(config)
+        check_devices(config)
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -189,3 +189,18 @@ def test_cli_in_process_errors(tmp_path, capsys, monkeypatch):
 def test_cli_configs_lists_bundled(capsys):
     assert cli.main(["configs"]) == 0
     assert "cartpole-ppo" in capsys.readouterr().out.split()
+
+
+def test_worker_counts_that_cannot_be_placed_are_one_line_errors():
+    with pytest.raises(cfg.ConfigError) as error:
+        load("actors.inference=remote", "actors.count=1", "policy_workers.count=2")
+    assert "policy_workers.count" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_missing_gpu_is_an_error_before_launch():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(cfg.ConfigError, match="trainers.device"):
+        cfg.check_devices(load("trainers.device=cuda"))

@@ -126,6 +126,25 @@ class ExperimentConfig(Section):
             raise ValueError("stop: set at least one of env_steps, time_s, episode_return")
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _workers_can_be_placed(self) -> ExperimentConfig:
+        if self.actors.inference == "remote" and self.policy_workers.count > self.actors.count:
+            raise ValueError(f"policy_workers.count: {self.policy_workers.count} policy workers cannot be placed "
+                             f"with {self.actors.count} actors (each serves at least one actor)")
+        if self.trainers.count > self.actors.count:
+            raise ValueError(f"trainers.count: {self.trainers.count} trainers cannot be placed with "
+                             f"{self.actors.count} actors (each consumes at least one actor's samples)")
+        return self
+
+
+def check_devices(config: ExperimentConfig) -> None:
+    """Fail before launch when a worker group asks for a device this machine lacks."""
+    import torch
+
+    for section, device in (("policy_workers", config.policy_workers.device), ("trainers", config.trainers.device)):
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"{section}.device: {device!r} requested but no CUDA device is available here")
+
 
 # ---------------------------------------------------------------------------- loading
 def bundled_configs() -> list[str]:

@@ -105,3 +105,50 @@ def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= target and summary["policy_version"] >= checkpoint["version"]
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]  # the killed run's, swept
+
+
+def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_path):
+    import random
+    import socket
+
+    import zmq
+
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
+                    "streams.transport=zmq", "stop.episode_return=150", "stop.time_s=200", "log.tensorboard=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    context = zmq.Context()
+    try:
+        def all_listening():
+            status = _status(run_dir)
+            workers = status.get("workers", [])
+            servers = [w for w in workers if w["kind"] in ("policy", "trainer")]
+            ready = workers and all(w["state"] == "running" for w in workers) and all(w["endpoints"] for w in servers)
+            return ready and [e for w in servers for e in w["endpoints"]]
+        endpoints = _wait_for(all_listening, 60, "servers listening", process)
+        assert all(e.startswith("tcp://127.0.0.1:") for e in endpoints)
+        rng = random.Random(0)
+        for endpoint in endpoints:
+            host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+            for _ in range(5):  # raw garbage: not even a ZeroMQ handshake
+                with socket.create_connection((host, int(port)), timeout=2) as raw:
+                    raw.sendall(rng.randbytes(rng.randint(1, 4096)))
+            dealer = context.socket(zmq.DEALER)  # a well-formed ZeroMQ peer sending forged messages
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(endpoint)
+            for _ in range(20):
+                dealer.send_multipart([rng.randbytes(rng.randint(0, 300)) for _ in range(rng.randint(1, 4))])
+            time.sleep(0.2)
+            dealer.close()
+        process.wait(timeout=200)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"].startswith("episode_return_mean"), summary
+        workers = {w["name"]: w for w in _status(run_dir)["workers"]}
+        assert workers["policy.0"]["dropped"] >= 20 and workers["trainer.0"]["dropped"] >= 20
+        assert all(w["restarts"] == 0 for w in workers.values())
+    finally:
+        context.destroy(linger=0)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

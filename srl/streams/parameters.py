@@ -143,7 +143,8 @@ class ZmqParameterPublisher(ParameterPublisher):
         self.frames: list[Any] | None = None
         self.last_sent = 0.0
         self.incarnation = secrets.token_hex(4)
-        ctx.names.register(key, self.socket.getsockopt_string(zmq.LAST_ENDPOINT))
+        self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        ctx.names.register(key, self.address)
 
     def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
         # Copy: the trainer keeps updating its tensors while zmq sends asynchronously.

@@ -104,7 +104,9 @@ class TrainerWorker(Worker):
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats}
 
     def endpoints(self) -> list[str]:
-        return [self.consumer.link.address] if hasattr(self, "consumer") else []
+        if not hasattr(self, "consumer"):
+            return []
+        return [self.consumer.link.address, *([self.publisher.address] if hasattr(self.publisher, "address") else [])]
 
     def teardown(self) -> None:
         if hasattr(self, "consumer"):

@@ -37,3 +37,13 @@ def test_wire_auth_smoke(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"none", "hmac", "curve"} <= json.loads(out.read_text()).keys()
+
+
+def test_soak_smoke(tmp_path):
+    out = tmp_path / "soak.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "cartpole-ppo", "--minutes", "0.15",
+                             "--json", str(out), "streams.when_full=drop_oldest"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["peak_mb"] and figures["summary"]["env_steps"] > 0

@@ -420,3 +420,19 @@ def test_sample_stream_many_producers(ctx, ends, transport):
     assert sorted((m["p"], m["r"]) for m, _ in received) == [(i, r) for i in range(3) for r in range(4)]
     for m, b in received:
         assert b["x"].tolist() == [10 * m["p"] + m["r"]] * 8
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_draining_consumer_drops_the_oldest_and_never_blocks_producers(ctx, ends, transport):
+    from srl.streams.samples import DrainingConsumer
+
+    consumer = ends(DrainingConsumer(SampleConsumer(ctx, "samples/0", transport), capacity=3))
+    producer = ends(SampleProducer(ctx, "samples/0", transport, "actor.0", slots=1))
+    for i in range(10):  # one credit only: each put needs the drain thread to have returned it
+        assert producer.put(NamedArray(x=np.full(4, i)), while_waiting=lambda: True)
+    deadline = time.monotonic() + 5
+    while consumer.dropped_oldest < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kept = [consumer.get(100)[1]["x"][0] for _ in range(3)]
+    assert kept == [7, 8, 9] and consumer.dropped_oldest == 7
+    assert consumer.get(10) is None

@@ -76,6 +76,10 @@ class StreamsConfig(Section):
     transport: Literal["auto", "shm", "zmq"] = "auto"
     #: Trajectories an actor may have in flight to the trainer before it blocks (backpressure).
     sample_slots: PositiveInt = 4
+    #: When the trainer falls behind: `wait` (actors slow down) or `drop_oldest` (the trainer
+    #: keeps draining into a queue of `trainer_queue` trajectories and drops the oldest).
+    when_full: Literal["wait", "drop_oldest"] = "wait"
+    trainer_queue: PositiveInt = 16
 
 
 class StopConfig(Section):

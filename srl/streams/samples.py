@@ -74,3 +74,53 @@ class SampleConsumer:
 
     def close(self) -> None:
         self.link.close()
+
+
+class DrainingConsumer:
+    """Keeps the sample stream drained from a thread, holding at most `capacity` trajectories.
+
+    With it actors never wait: when the trainer falls behind, the *oldest* waiting
+    trajectories are dropped (and counted) instead, and memory stays bounded.
+    """
+
+    def __init__(self, consumer: SampleConsumer, capacity: int) -> None:
+        import collections
+        import threading
+
+        self.consumer = consumer
+        self.queue: collections.deque = collections.deque(maxlen=capacity)
+        self.dropped_oldest = 0
+        self._ready = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, name="sample-drain", daemon=True)
+        self._thread.start()
+
+    @property
+    def link(self):
+        return self.consumer.link
+
+    @property
+    def dropped(self) -> int:
+        return self.consumer.dropped
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            got = self.consumer.get(100)
+            if got is None:
+                continue
+            with self._ready:
+                if len(self.queue) == self.queue.maxlen:
+                    self.dropped_oldest += 1
+                self.queue.append(got)
+                self._ready.notify()
+
+    def get(self, timeout_ms: int) -> tuple[dict[str, Any], NamedArray] | None:
+        with self._ready:
+            if not self.queue:
+                self._ready.wait(timeout_ms / 1000)
+            return self.queue.popleft() if self.queue else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.consumer.close()

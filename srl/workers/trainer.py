@@ -16,7 +16,7 @@ import torch
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.parameters import open_publisher
-from srl.streams.samples import SampleConsumer
+from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
 from srl.workers.base import Worker
 from srl.workers.components import make_algorithm, make_env, make_policy
@@ -51,6 +51,8 @@ class TrainerWorker(Worker):
             self.algorithm.load_state_dict(state["algorithm"])
         samples = self.spec.streams["samples"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
+        if s["streams"]["when_full"] == "drop_oldest":
+            self.consumer = DrainingConsumer(self.consumer, s["streams"]["trainer_queue"])
         self.buffer: list[NamedArray] = []
         self.buffered = 0
         self.trained_steps = 0
@@ -101,6 +103,7 @@ class TrainerWorker(Worker):
         return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
                 "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
                 "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
+                "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats}
 
     def endpoints(self) -> list[str]:

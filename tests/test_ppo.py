@@ -127,3 +127,30 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert checkpoint.latest(tmp_path).name == "ckpt-000000001.pt"
     (tmp_path / "ckpt-000000001.json").unlink()
     assert checkpoint.latest(tmp_path) is None
+
+
+def test_entity_attention_ignores_masked_entities_and_entity_order():
+    from srl.models.entity_attention import EntityAttentionEncoder
+
+    spaces = gym.spaces.Dict({
+        "self": gym.spaces.Box(-1, 1, (5,), np.float32),
+        "boxes": gym.spaces.Box(-1, 1, (4, 3), np.float32),
+        "boxes_visible": gym.spaces.Box(0, 1, (4,), np.bool_),
+    })
+    torch.manual_seed(0)
+    encoder = EntityAttentionEncoder(spaces.spaces, width=16, heads=2)
+    rng = np.random.default_rng(0)
+    obs = {"self": torch.as_tensor(rng.standard_normal((2, 5)), dtype=torch.float32),
+           "boxes": torch.as_tensor(rng.standard_normal((2, 4, 3)), dtype=torch.float32),
+           "boxes_visible": torch.tensor([[True, True, False, False]] * 2)}
+    out = encoder(obs)
+    assert out.shape == (2, encoder.out_dim)
+    hidden = dict(obs, boxes=obs["boxes"].clone())
+    hidden["boxes"][:, 2:] = 99.0  # what an agent cannot see cannot change what it does
+    torch.testing.assert_close(encoder(hidden), out)
+    swapped = dict(obs, boxes=obs["boxes"][:, [1, 0, 2, 3]])
+    torch.testing.assert_close(encoder(swapped), out, rtol=1e-5, atol=1e-5)
+    policy = ActorCriticPolicy(spaces, gym.spaces.MultiDiscrete([11, 11, 11, 2, 2]), encoder="entity_attention",
+                               hidden=[32])
+    batch = NamedArray({k: v.numpy() for k, v in obs.items()})
+    assert policy.rollout(batch, NamedArray())[keys.ACTION].shape == (2, 5)

@@ -28,8 +28,9 @@ class ActorCriticConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
     hidden: list[pydantic.PositiveInt] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
-    #: How observation fields become features: `flatten` (vectors) or `nature_cnn` (uint8 images).
-    encoder: Literal["flatten", "nature_cnn"] = "flatten"
+    #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images)
+    #: or `entity_attention` (entity lists with masks, e.g. hide-and-seek).
+    encoder: Literal["flatten", "nature_cnn", "entity_attention"] = "flatten"
     #: Observation fields the actor reads (default: every field except `state`).
     actor_inputs: list[str] | None = None
     #: Observation fields the critic reads (default: the actor's; `[state]` for a centralised critic).

@@ -31,7 +31,13 @@ def _nature_cnn(spaces: Mapping[str, gym.Space]) -> nn.Module:
     return NatureCNN(spaces)
 
 
-ENCODERS = {"flatten": FlattenEncoder, "nature_cnn": _nature_cnn}
+def _entity_attention(spaces: Mapping[str, gym.Space]) -> nn.Module:
+    from srl.models.entity_attention import EntityAttentionEncoder
+
+    return EntityAttentionEncoder(spaces)
+
+
+ENCODERS = {"flatten": FlattenEncoder, "nature_cnn": _nature_cnn, "entity_attention": _entity_attention}
 
 
 class ObsNormalizer(nn.Module):

@@ -126,3 +126,15 @@ def test_multi_agent_env_through_remote_inference_and_status(run_srl, tmp_path):
     assert all(e.startswith("tcp://127.0.0.1:") for w in servers for e in w["endpoints"])
     table = run_srl("status", str(run_dir))
     assert table.returncode == 0 and "policy.0" in table.stdout
+
+
+def test_two_data_parallel_trainers_stay_identical(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "trainers.count=2", "actors.count=2",
+                     "trainers.batch_steps=1024", "stop.env_steps=30000", "stop.episode_return=null",
+                     "log.tensorboard=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trainers = [w for w in json.loads((run_dir / "status.json").read_text())["workers"] if w["kind"] == "trainer"]
+    assert len(trainers) == 2
+    assert trainers[0]["policy_version"] == trainers[1]["policy_version"] > 3
+    assert trainers[0]["param_digest"] == trainers[1]["param_digest"]

@@ -63,7 +63,8 @@ class PolicyWorkersConfig(Section):
 
 
 class TrainersConfig(Section):
-    count: Literal[1] = 1
+    #: Data-parallel trainers (torch DDP: gloo on CPU, NCCL on GPU); actors are shared out among them.
+    count: PositiveInt = 1
     #: Env steps per training batch (a multiple of trajectory length x rows per trajectory).
     batch_steps: PositiveInt = 2048
     #: Drop samples whose policy is more than this many versions behind the trainer's.

@@ -63,6 +63,7 @@ class WorkerState:
                 "heartbeat_age_s": round(now - self.last_heartbeat, 2) if self.last_heartbeat else None,
                 "endpoints": self.endpoints, "dropped": self.stats.get("dropped", 0),
                 "mean_batch": self.stats.get("mean_batch"), "restart_latency_s": self.restart_latency_s,
+                "param_digest": self.stats.get("param_digest"), "policy_version": self.stats.get("policy_version"),
                 "streams": {k: v.transport for k, v in self.spec.streams.items()}}
 
 
@@ -181,13 +182,23 @@ class Controller:
         log.warning("restarting %s (%s)", worker.spec.name, why)
         if worker.spec.kind == "actor":  # its steps happened; its successor counts from zero
             self.finished_env_steps += int(worker.stats.get("env_steps", 0))
-        if worker.spec.kind == "trainer":  # continue from the last checkpoint
-            worker.spec.settings["resume"] = True
-        worker.stats, worker.client, worker.error = {}, b"", ""
-        worker.restarts += 1
-        worker.restart_times.append(now)
-        worker.restart_latency_s = None
-        self._start(worker)
+        group = [worker]
+        if worker.spec.kind == "trainer":
+            # Continue from the last checkpoint. Data-parallel trainers wait on each other in
+            # every gradient exchange, so the whole group restarts together.
+            group = [w for w in self.workers.values() if w.spec.kind == "trainer"]
+            for other in group:
+                if other is not worker and self.launcher.exitcode(other.spec.name) is None:
+                    self.launcher.signal(other.spec.name, signal.SIGKILL)
+                    self.launcher.join(other.spec.name, 5.0)
+                other.spec.settings["resume"] = True
+                other.spec.settings["trainers"]["generation"] = other.spec.settings["trainers"].get("generation", 0) + 1
+        for member in group:
+            member.stats, member.client, member.error = {}, b"", ""
+            member.restarts += 1
+            member.restart_times.append(now)
+            member.restart_latency_s = None
+            self._start(member)
 
     def _log_tail(self, name: str, lines: int = 15) -> str:
         path = self.run_dir.path / "logs" / f"{name}.log"

@@ -52,7 +52,8 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
         specs.append(WorkerSpec(
             name, "trainer", i, c.seed,
             settings={"env": env, "policy": policy, "algorithm": c.algorithm.model_dump(),
-                      "trainers": c.trainers.model_dump(), "checkpoint": c.checkpoint.model_dump(), "resume": resume,
+                      "trainers": {**c.trainers.model_dump(), "rank": i}, "checkpoint": c.checkpoint.model_dump(),
+                      "resume": resume,
                       "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
             streams={"samples": samples[i], "parameters": parameters},
             control=control, run_dir=run_dir))

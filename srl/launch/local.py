@@ -65,6 +65,9 @@ class LocalLauncher:
             except ProcessLookupError:
                 pass
 
+    def join(self, worker: str, timeout: float) -> None:
+        self.processes[worker].join(timeout)
+
     def stop_all(self, grace_s: float) -> None:
         """Wait `grace_s` for every worker to exit, then SIGTERM, then SIGKILL what is left (by PID)."""
         for sig, wait in ((None, grace_s), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):

@@ -148,10 +148,15 @@ class Worker(ABC):
             while self.heartbeat():
                 self.poll()
         except Exception:
-            code = 1
             text = traceback.format_exc()
-            log.error("worker %s failed:\n%s", self.name, text)
-            self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:]})
+            if self._stopping:
+                # A peer that stopped first can break a collective call mid-way (data-parallel
+                # trainers): on the way out that is expected, not a failure.
+                log.warning("worker %s: error while stopping, ignored:\n%s", self.name, text)
+            else:
+                code = 1
+                log.error("worker %s failed:\n%s", self.name, text)
+                self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:]})
         finally:
             try:
                 self.teardown()

@@ -7,10 +7,12 @@ Reuse of each sample is bounded by the algorithm (PPO's epochs).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from srl.data import keys
@@ -19,6 +21,7 @@ from srl.streams.parameters import open_publisher
 from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
 from srl.workers.base import Worker
+from srl.workers.ddp import DataParallel
 from srl.workers.components import make_algorithm, make_env, make_policy
 from srl.workers.env_ring import spaces_of
 
@@ -41,11 +44,19 @@ class TrainerWorker(Worker):
         if state is not None:
             self.policy.load_state_dict(state["policy"])
             self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0)
-        params = self.spec.streams["parameters"]
-        self.publisher = open_publisher(self.ctx, params.key, params.transport)
-        # Publish before building the algorithm: the first optimiser import takes most of a
-        # second, and the actors can sample meanwhile.
-        self.publisher.publish(self.policy.version, self.policy.get_params())
+        self.rank, world_size = s["trainers"].get("rank", 0), s["trainers"]["count"]
+        self.ddp = None
+        if world_size > 1:
+            self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
+                                    generation=s["trainers"].get("generation", 0))
+            self.ddp.attach(self.policy.net)
+        self.publisher = None
+        if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
+            params = self.spec.streams["parameters"]
+            self.publisher = open_publisher(self.ctx, params.key, params.transport)
+            # Publish before building the algorithm: the first optimiser import takes most of
+            # a second, and the actors can sample meanwhile.
+            self.publisher.publish(self.policy.version, self.policy.get_params())
         self.algorithm = make_algorithm(s["algorithm"], self.policy)
         if state is not None:
             self.algorithm.load_state_dict(state["algorithm"])
@@ -76,19 +87,23 @@ class TrainerWorker(Worker):
                 self._train()
                 break
             got = self.consumer.get(0)
-        self.publisher.tick()
-        if time.monotonic() - self.last_checkpoint > self.checkpoint_every_s:
-            self.save_checkpoint()
+        if self.publisher is not None:
+            self.publisher.tick()
+            if time.monotonic() - self.last_checkpoint > self.checkpoint_every_s:
+                self.save_checkpoint()
 
     def _train(self) -> None:
         batch = concat(self.buffer, axis=1)
         self.buffer, self.buffered = [], 0
         start = time.monotonic()
         self.policy.update_statistics(batch[keys.OBS][:-1])
+        if self.ddp is not None:
+            self.ddp.sync_buffers(self.policy.net)
         self.last_stats = self.algorithm.step(batch)
         self.train_time += time.monotonic() - start
         self.trained_steps += batch[keys.REWARD][:-1].size
-        self.publisher.publish(self.policy.version, self.policy.get_params())
+        if self.publisher is not None:
+            self.publisher.publish(self.policy.version, self.policy.get_params())
 
     def save_checkpoint(self) -> None:
         env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)
@@ -104,7 +119,15 @@ class TrainerWorker(Worker):
                 "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
                 "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
                 "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
-                "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats}
+                "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
+                **({"param_digest": self._digest()} if self.ddp is not None else {})}
+
+    def _digest(self) -> str:
+        """A short hash of the weights: equal across data-parallel trainers, step after step."""
+        digest = hashlib.sha256()
+        for _, leaf in self.policy.get_params().items_flat():
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        return digest.hexdigest()[:16]
 
     def endpoints(self) -> list[str]:
         if not hasattr(self, "consumer"):
@@ -112,8 +135,8 @@ class TrainerWorker(Worker):
         return [self.consumer.link.address, *([self.publisher.address] if hasattr(self.publisher, "address") else [])]
 
     def teardown(self) -> None:
-        if hasattr(self, "consumer"):
+        if hasattr(self, "consumer") and self.publisher is not None:
             self.save_checkpoint()
-        for closable in ("consumer", "publisher"):
-            if hasattr(self, closable):
+        for closable in ("consumer", "publisher", "ddp"):
+            if getattr(self, closable, None) is not None:
                 getattr(self, closable).close()

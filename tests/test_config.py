@@ -108,7 +108,7 @@ def test_override_into_a_value_is_an_error():
     ("streams.transport=carrier-pigeon", "streams.transport"),
     ("algorithm.args.gamma=1.5", "algorithm.args.gamma"),
     ("algorithm.args.lr=fast", "algorithm.args.lr"),
-    ("trainers.count=2", "trainers.count"),
+    ("trainers.count=3", "trainers.count"),
     ("policy.args.activation=sigmoid", "policy.args.activation"),
     ("env.id=", "env.id"),
     ("policy.type=nosuch", "policy.type"),

@@ -1,0 +1,133 @@
+"""PettingZoo adapter: any PettingZoo ParallelEnv becomes a multi-agent SRL env.
+
+`id` names the env: `package.module` exposing `parallel_env(**kwargs)` (the PettingZoo
+convention, e.g. `mpe2.simple_spread_v3`), `package.module:callable` returning a
+ParallelEnv (an AEC env is converted), or an env object already built (programmatic use).
+
+Every agent sees `{"obs": its observation}` (a Dict observation passes through as it is),
+plus `{"state": global state}` when the env offers one (`state_space` or a working
+`state()`), so a centralised critic can read it. SRL runs one policy for every agent row,
+so all agents must share one observation space and one action space.
+
+PettingZoo drops finished agents from `env.agents` and from later steps' dicts; this
+adapter still answers for every agent in `possible_agents`, giving a finished agent a
+placeholder step (zero observation, reward 0, `terminated=True`) until the env resets.
+The env ring masks those rows and resets the env once every agent is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from srl.api.env import AgentStep, Env, Observation
+from srl.api.registry import import_object
+from srl.data import keys
+from srl.envs.extras import require
+
+STATE = "state"
+#: Packages the `pettingzoo` extra installs: a missing one means "install the extra".
+_EXTRA_PACKAGES = ("pettingzoo", "mpe2")
+
+
+def make_parallel_env(id: str, **kwargs: Any) -> Any:
+    """Build the ParallelEnv that `id` names (see the module docstring)."""
+    package = id.partition(":")[0].split(".", 1)[0]
+    if package in _EXTRA_PACKAGES:
+        require(package, "pettingzoo", hint=f"(env id {id!r})")
+    env = import_object(id if ":" in id else f"{id}:parallel_env")(**kwargs)
+    pettingzoo = require("pettingzoo", "pettingzoo")
+    if isinstance(env, pettingzoo.AECEnv):
+        from pettingzoo.utils.conversions import aec_to_parallel
+        env = aec_to_parallel(env)
+    return env
+
+
+def _state_space(env: Any) -> gym.spaces.Box | None:
+    """The env's global-state space, or None when it offers no state."""
+    space = getattr(env, "state_space", None)
+    if isinstance(space, gym.spaces.Box):
+        return space
+    try:  # no declared space: a state() that works after a reset still counts
+        env.reset()
+        state = np.asarray(env.state())
+    except (NotImplementedError, AttributeError):
+        return None
+    return gym.spaces.Box(-np.inf, np.inf, state.shape, state.dtype)
+
+
+class PettingZooEnv(Env):
+    def __init__(self, id: str | object | None = None, **kwargs: Any) -> None:
+        require("pettingzoo", "pettingzoo")
+        if id is None:
+            raise ValueError("a PettingZoo env needs env.id: 'package.module' with parallel_env(), or 'package.module:fn'")
+        if isinstance(id, str):
+            self.env, self.name = make_parallel_env(id, **kwargs), id
+        else:
+            if kwargs:
+                raise ValueError("keyword arguments are for building an env by id, not for an env already built")
+            self.env, self.name = id, type(id).__name__
+        self.agent_ids = tuple(self.env.possible_agents)
+        first = self.agent_ids[0]
+        self._agent_obs_space = self.env.observation_space(first)
+        self._action_space = self.env.action_space(first)
+        for agent in self.agent_ids[1:]:
+            if self.env.observation_space(agent) != self._agent_obs_space or self.env.action_space(agent) != self._action_space:
+                raise ValueError(
+                    f"PettingZoo env {self.name!r}: agents {first!r} and {agent!r} have different observation or action "
+                    f"spaces; SRL runs one shared policy for all agents, so every agent needs the same spaces")
+        self._dict_obs = isinstance(self._agent_obs_space, gym.spaces.Dict)
+        fields = dict(self._agent_obs_space.spaces) if self._dict_obs else {keys.OBS: self._agent_obs_space}
+        state_space = _state_space(self.env)
+        self.has_state = state_space is not None
+        if self.has_state:
+            if STATE in fields:
+                raise ValueError(f"PettingZoo env {self.name!r}: its observations already have a {STATE!r} field")
+            fields[STATE] = state_space
+        self._obs_space = gym.spaces.Dict(fields)
+        self._zero_obs = {k: np.zeros(s.shape, s.dtype) for k, s in fields.items()}
+        self._discrete = isinstance(self._action_space, gym.spaces.Discrete)
+
+    def observation_space(self, agent: str) -> gym.spaces.Dict:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._action_space
+
+    def _obs(self, obs: Any, state: np.ndarray | None) -> Observation:
+        out = dict(obs) if self._dict_obs else {keys.OBS: obs}
+        if state is not None:
+            out[STATE] = state
+        return out
+
+    def _placeholder(self) -> AgentStep:
+        """The step of an agent that finished earlier in this episode (a masked row)."""
+        return AgentStep(dict(self._zero_obs), 0.0, True, False, {})
+
+    def _state(self) -> np.ndarray | None:
+        return np.asarray(self.env.state()) if self.has_state else None
+
+    def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
+        obs, infos = self.env.reset(seed=seed)
+        state = self._state()
+        return {a: AgentStep(self._obs(obs[a], state), info=infos.get(a, {})) if a in obs else self._placeholder()
+                for a in self.agent_ids}
+
+    def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
+        live = self.env.agents
+        to_env = {a: int(actions[a]) if self._discrete else np.asarray(actions[a]) for a in live}
+        obs, rewards, terminated, truncated, infos = self.env.step(to_env)
+        state = self._state()
+        out = {}
+        for a in self.agent_ids:
+            if a in obs:
+                out[a] = AgentStep(self._obs(obs[a], state), float(rewards.get(a, 0.0)), bool(terminated.get(a, False)),
+                                   bool(truncated.get(a, False)), infos.get(a, {}))
+            else:
+                out[a] = self._placeholder()
+        return out
+
+    def close(self) -> None:
+        self.env.close()

@@ -203,7 +203,9 @@ def _error_line(error: pydantic.ValidationError, prefix: str = "") -> str:
     where = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
     extra = len(error.errors()) - 1
     more = f" (and {extra} more)" if extra else ""
-    return f"{where or 'config'}: {first['msg']}{more}"
+    message = first["msg"].removeprefix("Value error, ")
+    # Whole-config checks name their field themselves ("stop: ...", "trainers.count: ...").
+    return f"{where}: {message}{more}" if where else f"{message}{more}"
 
 
 def validate_structure(data: dict[str, Any]) -> ExperimentConfig:

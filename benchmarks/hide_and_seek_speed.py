@@ -54,6 +54,8 @@ def _physics_share(env, rng: np.random.Generator, nvec: np.ndarray, steps: int =
     env.reset(seed=12345)
     total = physics = 0.0
     for _ in range(steps):
+        if not env.agents:
+            env.reset()
         actions = dict(zip(env.agents, rng.integers(0, nvec, size=(len(env.agents), len(nvec)))))
         c = time.process_time()
         env.step(actions)
@@ -71,12 +73,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--hiders", type=int, default=2)
     parser.add_argument("--seekers", type=int, default=2)
+    parser.add_argument("--episode-length", type=int, default=240)
     parser.add_argument("--core", type=int, default=0, help="core to pin to (-1: no pinning)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
-    result = measure(args.episodes, n_hiders=args.hiders, n_seekers=args.seekers)
+    result = measure(args.episodes, n_hiders=args.hiders, n_seekers=args.seekers, episode_length=args.episode_length)
     print(f"{args.hiders}v{args.seekers}: {result['steps_per_s']:,.0f} env steps/s wall "
           f"({result['steps_per_cpu_s']:,.0f} per processor second), resets included; "
           f"{result['reset_ms']:.2f} ms per reset ({result['reset_cpu_ms']:.2f} processor ms); "

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -237,3 +242,13 @@ def test_render_or_clear_message():
         pytest.skip(f"no OpenGL backend here: {exc}")
     assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8 and frame.std() > 0
     env.close()
+
+
+def test_speed_benchmark_smoke(tmp_path):
+    """The benchmark runs (its figure is never asserted: machines differ)."""
+    out = tmp_path / "speed.json"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "hide_and_seek_speed.py"
+    result = subprocess.run([sys.executable, str(script), "--episodes", "2", "--episode-length", "10", "--core", "-1",
+                             "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(out.read_text())["steps"] == 20

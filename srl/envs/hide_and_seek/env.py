@@ -78,7 +78,8 @@ class HideAndSeekEnv(ParallelEnv):
     * `lidar` [n_lidar]: distances along rays spread evenly around the heading, capped at
       `lidar_range`.
 
-    Counts may be ranges drawn per episode (`n_boxes=(1, 4)`); slots are sized for the
+    Sizes, masses, forces and physics live in `world` (a WorldSpec, or a dict of its
+    fields, e.g. `world={"max_force": 80.0}`). Counts may be ranges drawn per episode (`n_boxes=(1, 4)`); slots are sized for the
     largest count or the `max_*` options (set those to share shapes across settings).
     `state()` is a team-neutral global state for centralised critics.
     """
@@ -94,14 +95,16 @@ class HideAndSeekEnv(ParallelEnv):
                  max_agents: int | None = None, max_boxes: int | None = None, max_ramps: int | None = None,
                  floor_size: float = 6.0, grid_cells: int = 30, render_mode: str | None = None,
                  render_size: tuple[int, int] = (480, 480), camera: str = "angled",
-                 world: WorldSpec | None = None) -> None:
+                 world: WorldSpec | dict[str, Any] | None = None) -> None:
         if not (1 <= n_hiders and 1 <= n_seekers):
             raise ValueError("need at least one hider and one seeker")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode {render_mode!r}: supported are {self.metadata['render_modes']}")
         if n_rooms is not None and n_rooms not in (1, 2, 3, 4):
             raise ValueError("n_rooms is 1, 2, 3, 4 or None (random per episode)")
-        self.world = world or WorldSpec(grid=Grid(floor_size, grid_cells))
+        if not isinstance(world, WorldSpec):  # None, or overrides from a config file
+            world = WorldSpec(grid=Grid(floor_size, grid_cells), **(world or {}))
+        self.world = world
         self.box_span, self.elongated_span, self.ramp_span = _span(n_boxes), _span(n_elongated_boxes), _span(n_ramps)
         self.counts = Counts(n_hiders, n_seekers, self.box_span[1], self.elongated_span[1], self.ramp_span[1])
         self.max_agents = max_agents or self.counts.agents

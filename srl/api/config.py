@@ -43,8 +43,18 @@ class ComponentConfig(Section):
     args: dict[str, Any] = {}
 
 
+class Placement(Section):
+    """Where a worker group may run (cluster launchers): CPUs and GPUs per worker, and custom
+    resources or node labels that pin the group to nodes (`{node2: 0.01}`)."""
+
+    num_cpus: float = Field(0.5, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    resources: dict[str, float] = {}
+
+
 class ActorsConfig(Section):
     count: PositiveInt = 2
+    placement: Placement = Placement()
     #: Env slots per actor: while one slot waits for its actions, the next one steps.
     ring_size: PositiveInt = 2
     #: Envs stepped together in one slot (one inference request per slot).
@@ -57,6 +67,7 @@ class ActorsConfig(Section):
 
 class PolicyWorkersConfig(Section):
     count: PositiveInt = 1
+    placement: Placement = Placement()
     #: Wait up to this long for more requests before a forward pass (0: serve what is there).
     max_wait_ms: float = Field(0.0, ge=0)
     device: str = "cpu"
@@ -65,6 +76,7 @@ class PolicyWorkersConfig(Section):
 class TrainersConfig(Section):
     #: Data-parallel trainers (torch DDP: gloo on CPU, NCCL on GPU); actors are shared out among them.
     count: PositiveInt = 1
+    placement: Placement = Placement()
     #: Env steps per training batch (a multiple of trajectory length x rows per trajectory).
     batch_steps: PositiveInt = 2048
     #: Drop samples whose policy is more than this many versions behind the trainer's.
@@ -101,6 +113,11 @@ class CheckpointConfig(Section):
     keep: PositiveInt = 3
 
 
+class RayConfig(Section):
+    #: `HOST:PORT` of a running cluster's head (None: start a private one on this machine).
+    address: str | None = None
+
+
 class SupervisionConfig(Section):
     #: A running worker silent for this long is considered hung: killed and restarted.
     heartbeat_timeout_s: float = Field(10.0, gt=0)
@@ -123,7 +140,9 @@ class ExperimentConfig(Section):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     supervision: SupervisionConfig = SupervisionConfig()
-    launcher: Literal["local"] = "local"
+    #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster.
+    launcher: Literal["local", "ray"] = "local"
+    ray: RayConfig = RayConfig()
 
     @pydantic.model_validator(mode="after")
     def _stop_is_set(self) -> ExperimentConfig:

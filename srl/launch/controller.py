@@ -93,11 +93,16 @@ class Controller:
         self.run_dir = RunDir(run_dir, config.log.tensorboard)
         self.run_dir.write_config(dump(config))
         self.resume = resume
-        self.launcher = launcher or LocalLauncher()
         self.run_id = secrets.token_hex(4)
+        if launcher is None and config.launcher == "ray":
+            from srl.launch.ray_launcher import RayLauncher
+
+            launcher = RayLauncher(config.ray.address, self.run_id)
+        self.launcher = launcher or LocalLauncher()
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
         self.context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
                                    self.private_dir)
+        self.context = self.launcher.worker_context(self.context)
         self.workers: dict[str, WorkerState] = {}
         self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
         self.env_steps_at_start = 0
@@ -123,14 +128,18 @@ class Controller:
     def run(self) -> dict[str, Any]:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         ctx = self.context.build()
-        self.control = LinkServer(ctx, CONTROL_KEY, "shm")
+        self.control = LinkServer(ctx, CONTROL_KEY, self.launcher.control_transport)
         self.started = time.monotonic()
         try:
             if self.resume:
                 self._clean_after_previous_run()
                 if (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
                     self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
-            for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume):
+            # Place first (a cluster launcher learns each worker's node), then wire: the graph
+            # chooses every stream's transport from where its ends landed.
+            self.launcher.place(build_graph(self.config, str(self.run_dir.path), lambda name: "", self.resume))
+            for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume,
+                                    control_transport=self.launcher.control_transport):
                 if self.launcher.host_of(spec.name) == self.launcher.host_of(CONTROL_KEY):
                     spec.controller_pid = os.getpid()
                 self.workers[spec.name] = WorkerState(spec)
@@ -243,7 +252,8 @@ class Controller:
             worker.last_heartbeat = now
             worker.client = message.client
             if event == "heartbeat":
-                worker.pid, worker.host = meta.get("pid", worker.pid), meta.get("host", worker.host)
+                worker.pid = meta.get("pid", worker.pid)
+                worker.host = self.launcher.host_of(worker.spec.name) or meta.get("host", worker.host)
                 worker.endpoints = list(meta.get("endpoints") or [])
                 if worker.state == "starting" and worker.restarts:
                     worker.restart_latency_s = round(now - worker.started_at, 3)
@@ -325,6 +335,7 @@ class Controller:
                 self._handle(message)
         self.launcher.stop_all(grace_s=1.0)
         self.control.close()
+        self.launcher.close()
         removed = shm.sweep(ctx.shm_prefix)
         if removed:
             log.info("removed %d shared-memory segments left by workers", len(removed))

@@ -56,13 +56,13 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
                       "resume": resume,
                       "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
             streams={"samples": samples[i], "parameters": parameters},
-            control=control, run_dir=run_dir))
+            control=control, run_dir=run_dir, placement=c.trainers.placement.model_dump()))
     for i, name in enumerate(policies):
         specs.append(WorkerSpec(
             name, "policy", i, c.seed,
             settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
             streams={"inference": inference[i], "parameters": parameters},
-            control=control, run_dir=run_dir))
+            control=control, run_dir=run_dir, placement=c.policy_workers.placement.model_dump()))
     for i, name in enumerate(actors):
         streams = {"samples": samples[trainer_of[name]]}
         if remote:
@@ -73,5 +73,5 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
             name, "actor", i, c.seed,
             settings={"env": env, "policy": policy, "actors": c.actors.model_dump(),
                       "sample_slots": c.streams.sample_slots},
-            streams=streams, control=control, run_dir=run_dir))
+            streams=streams, control=control, run_dir=run_dir, placement=c.actors.placement.model_dump()))
     return specs

@@ -18,13 +18,16 @@ from srl.workers.base import ContextSpec, WorkerSpec
 
 def _run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     # Imported here, in the worker: the launcher itself never loads torch.
+    import sys
+
     from srl.workers.entry import run_worker
 
-    run_worker(spec, context)
+    sys.exit(run_worker(spec, context))
 
 
 class LocalLauncher:
     name = "local"
+    control_transport = "shm"
 
     PRELOAD = ["srl.workers.entry"]
 
@@ -41,6 +44,12 @@ class LocalLauncher:
 
         mp.get_context("forkserver").set_forkserver_preload(cls.PRELOAD)
         forkserver.ensure_running()
+
+    def worker_context(self, context: ContextSpec) -> ContextSpec:
+        return context
+
+    def place(self, specs: list[WorkerSpec]) -> None:
+        """Every worker runs here; nothing to decide."""
 
     def host_of(self, worker: str) -> str:
         return self.host

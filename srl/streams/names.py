@@ -54,3 +54,20 @@ class DirectoryNameService(NameService):
             return self._path(key).read_text()
         except FileNotFoundError:
             return None
+
+
+class RayNameService(NameService):
+    """The Ray cluster's own key-value store (GCS), one namespace per run."""
+
+    def __init__(self, namespace: str) -> None:
+        from ray.experimental import internal_kv
+
+        self._kv = internal_kv
+        self.namespace = namespace
+
+    def register(self, key: str, value: str) -> None:
+        self._kv._internal_kv_put(key.encode(), value.encode(), overwrite=True, namespace=self.namespace)
+
+    def get(self, key: str) -> str | None:
+        value = self._kv._internal_kv_get(key.encode(), namespace=self.namespace)
+        return value.decode() if value else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from srl.streams.link import LinkClient, StreamContext, Transport
-from srl.streams.names import DirectoryNameService
+from srl.streams.names import DirectoryNameService, NameService
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,29 @@ class ContextSpec:
 
     run_id: str
     secret: bytes
-    names_dir: str
+    #: A directory for `DirectoryNameService`, or `ray:<namespace>` for the cluster's key-value store.
+    names: str
+    #: Private directory for Unix sockets; `node` makes one per host (cluster launchers).
     ipc_dir: str
+    #: Address to bind TCP sockets to; `node` means this host's own address on the cluster.
     host: str = "127.0.0.1"
 
     def build(self) -> StreamContext:
-        return StreamContext(self.run_id, self.secret, DirectoryNameService(self.names_dir), self.ipc_dir, self.host)
+        host, ipc_dir = self.host, self.ipc_dir
+        if self.names.startswith("ray:"):
+            from srl.streams.names import RayNameService
+
+            names: NameService = RayNameService(self.names.removeprefix("ray:"))
+        else:
+            names = DirectoryNameService(self.names)
+        if host == "node":
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        if ipc_dir == "node":
+            ipc_dir = os.path.join(tempfile.gettempdir(), f"srl-{self.run_id}-{host}")
+            os.makedirs(ipc_dir, mode=0o700, exist_ok=True)
+        return StreamContext(self.run_id, self.secret, names, ipc_dir, host)
 
 
 class Worker(ABC):

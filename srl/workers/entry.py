@@ -44,11 +44,16 @@ def _redirect_output(run_dir: str, name: str) -> None:
                         format=f"%(asctime)s {name} %(levelname)s %(message)s")
 
 
-def run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
-    """Run one worker until the controller stops it (exit status 0) or it fails (1)."""
-    # Ctrl-C reaches the whole process group; the controller alone decides how to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True) -> int:
+    """Run one worker until the controller stops it (returns 0) or it fails (1).
+
+    `own_process`: the worker owns its process (the local launcher): it takes over signals
+    and stdout. Inside a cluster launcher's actor, the launcher's runtime owns those.
+    """
+    if own_process:
+        # Ctrl-C reaches the whole process group; the controller alone decides how to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _die_with_parent()
     _redirect_output(spec.run_dir, spec.name)
     # Simulators that write files into the working directory (VizDoom's config, for one)
     # write them inside the run directory, never into the user's.
@@ -59,8 +64,9 @@ def run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     # threads spinning beside them cost more than any parallel speed-up of small ops.
     torch.set_num_threads(1)
     worker = WORKER_KINDS[spec.kind](spec, context.build())
-    signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
+    if own_process:
+        signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     logging.info("starting %s (pid %d)", spec.name, os.getpid())
     code = worker.run()
     logging.info("%s exits with status %d", spec.name, code)
-    sys.exit(code)
+    return code

@@ -1,0 +1,136 @@
+"""The Ray launcher: the same worker graph, each worker a Ray actor on a cluster.
+
+Ray places and supervises processes; data still moves over SRL's own streams (shared
+memory between workers on one node, ZeroMQ over TCP between nodes), because a Ray call
+costs about a millisecond and the data path needs microseconds. Endpoints find each
+other through the cluster's key-value store. Worker groups are pinned to nodes with Ray
+resources (`actors.resources: {node2: 0.01}`).
+
+Placement happens before wiring: every worker's actor is created first, reports the node
+it landed on, and only then does the graph choose each stream's transport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import tempfile
+from typing import Any
+
+import ray
+
+from srl.streams import shm
+from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
+
+
+@ray.remote(max_restarts=0, max_concurrency=2)
+class _WorkerActor:
+    """Hosts one worker. `run` blocks for the worker's life; `where` answers meanwhile."""
+
+    def where(self) -> tuple[str, int]:
+        return ray.util.get_node_ip_address(), os.getpid()
+
+    def run(self, spec: WorkerSpec, context: ContextSpec) -> int:
+        from srl.workers.entry import run_worker
+
+        return run_worker(spec, context, own_process=False)
+
+
+@ray.remote(num_cpus=0)
+def _clean_node(run_id: str) -> list[str]:
+    """Remove what a run left on this node: shared memory and its private socket directory."""
+    removed = shm.sweep(f"{shm.PREFIX}{run_id}_")
+    for entry in os.listdir(tempfile.gettempdir()):
+        if entry.startswith(f"srl-{run_id}-"):
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), entry), ignore_errors=True)
+    return removed
+
+
+class RayLauncher:
+    name = "ray"
+    control_transport = "zmq"
+
+    def __init__(self, address: str | None, run_id: str) -> None:
+        self.run_id = run_id
+        self.namespace = f"srl-{run_id}"
+        ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False)
+        self.driver_host = ray.util.get_node_ip_address()
+        self.actors: dict[str, Any] = {}
+        self.refs: dict[str, Any] = {}
+        self.hosts: dict[str, str] = {}
+        self.pids: dict[str, int] = {}
+        self.options: dict[str, dict[str, Any]] = {}
+
+    def worker_context(self, context: ContextSpec) -> ContextSpec:
+        return dataclasses.replace(context, names=f"ray:{self.namespace}", ipc_dir="node", host="node")
+
+    def place(self, specs: list[WorkerSpec]) -> None:
+        """Create every worker's actor where its group's resources put it; learn the nodes."""
+        for spec in specs:
+            placement = spec.placement or {}
+            self.options[spec.name] = {"num_cpus": placement.get("num_cpus", 0.5),
+                                       "num_gpus": placement.get("num_gpus", 0),
+                                       "resources": dict(placement.get("resources") or {})}
+            self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
+        where = ray.get([self.actors[s.name].where.remote() for s in specs], timeout=300)
+        for spec, (host, pid) in zip(specs, where):
+            self.hosts[spec.name], self.pids[spec.name] = host, pid
+
+    def host_of(self, worker: str) -> str:
+        return self.driver_host if worker == CONTROL_KEY else self.hosts.get(worker, self.driver_host)
+
+    def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
+        if spec.name in self.refs:  # a restart: the old actor is gone, place a new one
+            self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
+            self.hosts[spec.name], self.pids[spec.name] = ray.get(self.actors[spec.name].where.remote(), timeout=300)
+        self.refs[spec.name] = self.actors[spec.name].run.remote(spec, context)
+        return self.pids[spec.name]
+
+    def exitcode(self, worker: str) -> int | None:
+        ref = self.refs.get(worker)
+        if ref is None:
+            return None
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            return int(ray.get(ref))
+        except ray.exceptions.RayActorError:
+            return -signal.SIGKILL
+        except Exception:
+            return 1
+
+    def pid(self, worker: str) -> int | None:
+        return self.pids.get(worker)
+
+    def signal(self, worker: str, sig: int) -> None:
+        # Ray offers no signals to an actor busy in a method; any stop request is a kill.
+        if worker in self.actors and self.exitcode(worker) is None:
+            ray.kill(self.actors[worker], no_restart=True)
+
+    def join(self, worker: str, timeout: float) -> None:
+        if worker in self.refs:
+            ray.wait([self.refs[worker]], timeout=timeout)
+
+    @property
+    def processes(self) -> dict[str, Any]:
+        return self.refs
+
+    def stop_all(self, grace_s: float) -> None:
+        pending = [ref for name, ref in self.refs.items() if self.exitcode(name) is None]
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=grace_s)
+        for name in self.refs:
+            self.signal(name, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Sweep every node's leftovers for this run, then leave the cluster."""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        tasks = [_clean_node.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(self.run_id) for n in nodes]
+        try:
+            ray.get(tasks, timeout=30)
+        finally:
+            ray.shutdown()

@@ -1,0 +1,96 @@
+"""The Ray launcher on a real two-node cluster, on loopback only (127.0.0.2 and 127.0.0.3).
+
+Deselect with `-m "not ray"`. The cluster gets its own temp dir; teardown stops exactly
+the processes that carry that dir on their command line, by PID (never `ray stop`, which
+would kill every Ray process on the machine).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray]
+ray = pytest.importorskip("ray", reason="the ray tests need `pip install ray`")
+
+HEAD, SECOND = "127.0.0.2", "127.0.0.3"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _ray_cli() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def _cluster_processes(temp_dir: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(temp_dir in part for part in process.info["cmdline"] or []):
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    temp_dir = tempfile.mkdtemp(prefix="srl-ray-")
+    port = _free_port(HEAD)
+    common = ["--num-cpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats", "--include-dashboard=false"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        subprocess.run([_ray_cli(), "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
+                        '--resources={"node1": 1}', *common], check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run([_ray_cli(), "start", f"--address={HEAD}:{port}", f"--node-ip-address={SECOND}",
+                        '--resources={"node2": 1}', "--object-store-memory=300000000", *common[:1], "--disable-usage-stats"],
+                       check=True, capture_output=True, env=env, timeout=120)
+        yield f"{HEAD}:{port}", temp_dir
+    finally:
+        processes = _cluster_processes(temp_dir)
+        for process in processes:
+            try:
+                process.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        gone, alive = psutil.wait_procs(processes, timeout=10)
+        for process in alive:
+            process.kill()
+        psutil.wait_procs(alive, timeout=5)
+        leftover = [p.pid for p in _cluster_processes(temp_dir) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not leftover, f"Ray processes of the test left behind: {leftover}"
+
+
+def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, tmp_path):
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                     "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
+                     "policy_workers.placement.resources={node1: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                     "stop.episode_return=150", "stop.time_s=150", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["episode_return_mean"] >= 150, summary
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert {w["host"] for w in workers.values()} == {HEAD, SECOND}
+    for name in ("actor.0", "actor.1"):
+        assert workers[name]["host"] == SECOND
+        assert workers[name]["streams"] == {"samples": "zmq", "inference": "zmq"}
+    assert workers["trainer.0"]["host"] == workers["policy.0"]["host"] == HEAD
+    assert workers["trainer.0"]["streams"]["parameters"] == workers["policy.0"]["streams"]["parameters"] == "shm"
+    assert all(e.startswith(("tcp://127.0.0.2:", "tcp://127.0.0.3:")) for w in workers.values() for e in w["endpoints"])
+    run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]

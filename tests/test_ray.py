@@ -94,3 +94,19 @@ def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, 
     assert all(e.startswith(("tcp://127.0.0.2:", "tcp://127.0.0.3:")) for w in workers.values() for e in w["endpoints"])
     run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+
+
+def test_inline_actors_on_the_second_node_read_parameters_through_one_relay(cluster, run_srl, tmp_path):
+    """Parameters cross the network once per node: a relay beside the actors re-publishes them in shm."""
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                     "actors.inference=inline", "actors.placement.resources={node2: 0.01}",
+                     "trainers.placement.resources={node1: 0.01}", "trainers.count=1",
+                     "stop.episode_return=150", "stop.time_s=150", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert workers["relay.0"]["host"] == SECOND
+    assert workers["relay.0"]["streams"] == {"source": "zmq", "sink": "shm"}
+    assert workers["actor.0"]["streams"]["parameters"] == "shm"
+    assert json.loads((run_dir / "summary.json").read_text())["episode_return_mean"] >= 150

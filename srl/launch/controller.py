@@ -137,9 +137,13 @@ class Controller:
                     self.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
             # Place first (a cluster launcher learns each worker's node), then wire: the graph
             # chooses every stream's transport from where its ends landed.
-            self.launcher.place(build_graph(self.config, str(self.run_dir.path), lambda name: "", self.resume))
-            for spec in build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume,
-                                    control_transport=self.launcher.control_transport):
+            provisional = build_graph(self.config, str(self.run_dir.path), lambda name: "", self.resume)
+            self.launcher.place(provisional)
+            graph = build_graph(self.config, str(self.run_dir.path), self.launcher.host_of, self.resume,
+                                control_transport=self.launcher.control_transport)
+            placed = {spec.name for spec in provisional}
+            self.launcher.place([spec for spec in graph if spec.name not in placed])  # relays, beside their readers
+            for spec in graph:
                 if self.launcher.host_of(spec.name) == self.launcher.host_of(CONTROL_KEY):
                     spec.controller_pid = os.getpid()
                 self.workers[spec.name] = WorkerState(spec)

@@ -39,7 +39,7 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
 
     # Every stream's transport is decided once, from the hosts of all its ends.
     param_readers = policies if remote else actors
-    parameters = StreamEnd(PARAMETERS, transport([trainers[0], *param_readers]))
+    parameters_of, parameters_net, relays = _parameter_routes(c.streams.transport, trainers[0], param_readers, host_of)
     trainer_of = {a: i % len(trainers) for i, a in enumerate(actors)}
     server_of = {a: i % len(policies) for i, a in enumerate(actors)} if remote else {}
     samples = [StreamEnd(SAMPLES.format(i), transport([t, *(a for a in actors if trainer_of[a] == i)]))
@@ -55,23 +55,53 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
                       "trainers": {**c.trainers.model_dump(), "rank": i}, "checkpoint": c.checkpoint.model_dump(),
                       "resume": resume,
                       "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
-            streams={"samples": samples[i], "parameters": parameters},
+            streams={"samples": samples[i], "parameters": parameters_of[name],
+                     **({"parameters_net": parameters_net} if parameters_net else {})},
             control=control, run_dir=run_dir, placement=c.trainers.placement.model_dump()))
     for i, name in enumerate(policies):
         specs.append(WorkerSpec(
             name, "policy", i, c.seed,
             settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
-            streams={"inference": inference[i], "parameters": parameters},
+            streams={"inference": inference[i], "parameters": parameters_of[name]},
             control=control, run_dir=run_dir, placement=c.policy_workers.placement.model_dump()))
     for i, name in enumerate(actors):
         streams = {"samples": samples[trainer_of[name]]}
         if remote:
             streams["inference"] = inference[server_of[name]]
         else:
-            streams["parameters"] = parameters
+            streams["parameters"] = parameters_of[name]
         specs.append(WorkerSpec(
             name, "actor", i, c.seed,
             settings={"env": env, "policy": policy, "actors": c.actors.model_dump(),
                       "sample_slots": c.streams.sample_slots},
             streams=streams, control=control, run_dir=run_dir, placement=c.actors.placement.model_dump()))
+    for k, (host, near) in enumerate(relays.items()):
+        specs.append(WorkerSpec(
+            f"relay.{k}", "relay", k, c.seed, settings={},
+            streams={"source": parameters_net, "sink": parameters_of[near]},
+            control=control, run_dir=run_dir, placement={"near": near, "num_cpus": 0.1}))
     return specs
+
+
+def _parameter_routes(forced: str, publisher: str, readers: list[str], host_of: Callable[[str], str]
+                      ) -> tuple[dict[str, StreamEnd], StreamEnd | None, dict[str, str]]:
+    """How parameters reach each reader: (reader -> stream end, the trainer's network end, relays).
+
+    Readers on the trainer's host read its shared memory. Each other host receives ONE copy
+    over TCP, into a relay on that host that re-publishes it into the host's shared memory,
+    so the model crosses the network once per host, not once per reader.
+    """
+    if forced != "auto":
+        end = StreamEnd(PARAMETERS, forced)  # type: ignore[arg-type]
+        return {name: end for name in [publisher, *readers]}, None, {}
+    home = host_of(publisher)
+    routes = {publisher: StreamEnd(PARAMETERS, "shm")}
+    relays: dict[str, str] = {}  # host -> a reader there (the relay is placed beside it)
+    for reader in readers:
+        host = host_of(reader)
+        if host == home:
+            routes[reader] = routes[publisher]
+        else:
+            relays.setdefault(host, reader)
+            routes[reader] = StreamEnd(f"{PARAMETERS}/node{list(relays).index(host)}", "shm")
+    return routes, (StreamEnd(f"{PARAMETERS}/net", "zmq") if relays else None), relays

@@ -20,6 +20,7 @@ import tempfile
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from srl.streams import shm
 from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
@@ -29,8 +30,8 @@ from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
 class _WorkerActor:
     """Hosts one worker. `run` blocks for the worker's life; `where` answers meanwhile."""
 
-    def where(self) -> tuple[str, int]:
-        return ray.util.get_node_ip_address(), os.getpid()
+    def where(self) -> tuple[str, int, str]:
+        return ray.util.get_node_ip_address(), os.getpid(), ray.get_runtime_context().get_node_id()
 
     def run(self, spec: WorkerSpec, context: ContextSpec) -> int:
         from srl.workers.entry import run_worker
@@ -61,6 +62,7 @@ class RayLauncher:
         self.refs: dict[str, Any] = {}
         self.hosts: dict[str, str] = {}
         self.pids: dict[str, int] = {}
+        self.nodes: dict[str, str] = {}
         self.options: dict[str, dict[str, Any]] = {}
 
     def worker_context(self, context: ContextSpec) -> ContextSpec:
@@ -70,13 +72,15 @@ class RayLauncher:
         """Create every worker's actor where its group's resources put it; learn the nodes."""
         for spec in specs:
             placement = spec.placement or {}
-            self.options[spec.name] = {"num_cpus": placement.get("num_cpus", 0.5),
-                                       "num_gpus": placement.get("num_gpus", 0),
-                                       "resources": dict(placement.get("resources") or {})}
-            self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
+            options = {"num_cpus": placement.get("num_cpus", 0.5), "num_gpus": placement.get("num_gpus", 0),
+                       "resources": dict(placement.get("resources") or {})}
+            if placement.get("near"):  # on the same node as another worker (a relay beside its readers)
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.nodes[placement["near"]], soft=False)
+            self.options[spec.name] = options
+            self.actors[spec.name] = _WorkerActor.options(**options).remote()
         where = ray.get([self.actors[s.name].where.remote() for s in specs], timeout=300)
-        for spec, (host, pid) in zip(specs, where):
-            self.hosts[spec.name], self.pids[spec.name] = host, pid
+        for spec, (host, pid, node) in zip(specs, where):
+            self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = host, pid, node
 
     def host_of(self, worker: str) -> str:
         return self.driver_host if worker == CONTROL_KEY else self.hosts.get(worker, self.driver_host)
@@ -84,7 +88,8 @@ class RayLauncher:
     def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
         if spec.name in self.refs:  # a restart: the old actor is gone, place a new one
             self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
-            self.hosts[spec.name], self.pids[spec.name] = ray.get(self.actors[spec.name].where.remote(), timeout=300)
+            where = ray.get(self.actors[spec.name].where.remote(), timeout=300)
+            self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = where
         self.refs[spec.name] = self.actors[spec.name].run.remote(spec, context)
         return self.pids[spec.name]
 
@@ -128,8 +133,8 @@ class RayLauncher:
     def close(self) -> None:
         """Sweep every node's leftovers for this run, then leave the cluster."""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        tasks = [_clean_node.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(self.run_id) for n in nodes]
+        tasks = [_clean_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                 .remote(self.run_id) for n in nodes]
         try:
             ray.get(tasks, timeout=30)
         finally:

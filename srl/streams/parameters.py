@@ -229,6 +229,29 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self.socket.close(linger=0)
 
 
+class FanOut(ParameterPublisher):
+    """Publish every version to several publishers (this host's shared memory, and the network)."""
+
+    def __init__(self, publishers: list[ParameterPublisher]) -> None:
+        self.publishers = publishers
+
+    @property
+    def addresses(self) -> list[str]:
+        return [p.address for p in self.publishers if hasattr(p, "address")]
+
+    def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
+        for publisher in self.publishers:
+            publisher.publish(version, params, meta)
+
+    def tick(self) -> None:
+        for publisher in self.publishers:
+            publisher.tick()
+
+    def close(self) -> None:
+        for publisher in self.publishers:
+            publisher.close()
+
+
 def open_publisher(ctx: StreamContext, key: str, transport: Transport) -> ParameterPublisher:
     return ShmParameterPublisher(ctx, key) if transport == "shm" else ZmqParameterPublisher(ctx, key)
 

@@ -14,12 +14,14 @@ import torch
 from srl.workers.actor import ActorWorker
 from srl.workers.base import ContextSpec, Worker, WorkerSpec
 from srl.workers.policy_worker import PolicyWorker
+from srl.workers.relay import RelayWorker
 from srl.workers.trainer import TrainerWorker
 
 WORKER_KINDS: dict[str, type[Worker]] = {
     "actor": ActorWorker,
     "policy": PolicyWorker,
     "trainer": TrainerWorker,
+    "relay": RelayWorker,
 }
 
 

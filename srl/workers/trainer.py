@@ -17,7 +17,7 @@ import torch
 
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
-from srl.streams.parameters import open_publisher
+from srl.streams.parameters import FanOut, open_publisher
 from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
 from srl.workers.base import Worker
@@ -52,8 +52,8 @@ class TrainerWorker(Worker):
             self.ddp.attach(self.policy.net)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
-            params = self.spec.streams["parameters"]
-            self.publisher = open_publisher(self.ctx, params.key, params.transport)
+            ends = [self.spec.streams[k] for k in ("parameters", "parameters_net") if k in self.spec.streams]
+            self.publisher = FanOut([open_publisher(self.ctx, end.key, end.transport) for end in ends])
             # Publish before building the algorithm: the first optimiser import takes most of
             # a second, and the actors can sample meanwhile.
             self.publisher.publish(self.policy.version, self.policy.get_params())
@@ -132,7 +132,7 @@ class TrainerWorker(Worker):
     def endpoints(self) -> list[str]:
         if not hasattr(self, "consumer"):
             return []
-        return [self.consumer.link.address, *([self.publisher.address] if hasattr(self.publisher, "address") else [])]
+        return [self.consumer.link.address, *(self.publisher.addresses if self.publisher is not None else [])]
 
     def teardown(self) -> None:
         if hasattr(self, "consumer") and self.publisher is not None:

@@ -59,7 +59,10 @@ def _state_space(env: Any) -> gym.spaces.Box | None:
 
 
 class PettingZooEnv(Env):
-    def __init__(self, id: str | object | None = None, **kwargs: Any) -> None:
+    """`score_agents`: report as the episode return the mean return of these agents only (e.g.
+    one team of a competitive game, whose rewards would cancel out over all agents)."""
+
+    def __init__(self, id: str | object | None = None, score_agents: list[str] | None = None, **kwargs: Any) -> None:
         require("pettingzoo", "pettingzoo")
         if id is None:
             raise ValueError("a PettingZoo env needs env.id: 'package.module' with parallel_env(), or 'package.module:fn'")
@@ -89,6 +92,13 @@ class PettingZooEnv(Env):
         self._obs_space = gym.spaces.Dict(fields)
         self._zero_obs = {k: np.zeros(s.shape, s.dtype) for k, s in fields.items()}
         self._discrete = isinstance(self._action_space, gym.spaces.Discrete)
+        unknown = set(score_agents or []) - set(self.agent_ids)
+        if unknown:
+            raise ValueError(f"PettingZoo env {self.name!r}: score_agents {sorted(unknown)} are not agents of it")
+        self.score_agents = list(score_agents or [])
+        self.reports_episodes = bool(self.score_agents)
+        self._score = 0.0
+        self._length = 0
 
     def observation_space(self, agent: str) -> gym.spaces.Dict:
         return self._obs_space
@@ -110,6 +120,7 @@ class PettingZooEnv(Env):
         return np.asarray(self.env.state()) if self.has_state else None
 
     def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
+        self._score, self._length = 0.0, 0
         obs, infos = self.env.reset(seed=seed)
         state = self._state()
         return {a: AgentStep(self._obs(obs[a], state), info=infos.get(a, {})) if a in obs else self._placeholder()
@@ -127,6 +138,12 @@ class PettingZooEnv(Env):
                                    bool(truncated.get(a, False)), infos.get(a, {}))
             else:
                 out[a] = self._placeholder()
+        if self.score_agents:
+            self._score += sum(float(rewards.get(a, 0.0)) for a in self.score_agents) / len(self.score_agents)
+            self._length += 1
+            if not self.env.agents or all(out[a].done for a in self.agent_ids):
+                first = out[self.agent_ids[0]]
+                first.info = {**first.info, "episode_return": self._score, "episode_length": self._length}
         return out
 
     def close(self) -> None:

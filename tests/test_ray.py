@@ -94,6 +94,9 @@ def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, 
     assert all(e.startswith(("tcp://127.0.0.2:", "tcp://127.0.0.3:")) for w in workers.values() for e in w["endpoints"])
     run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+    # every node's worker logs travelled to the driver's run directory
+    for name in workers:
+        assert f"starting {name}" in (run_dir / "logs" / f"{name}.log").read_text()
 
 
 def test_inline_actors_on_the_second_node_read_parameters_through_one_relay(cluster, run_srl, tmp_path):

@@ -247,6 +247,10 @@ class Controller:
             return  # unknown, or the last words of a worker already replaced
         event = meta.get("event")
         now = time.monotonic()
+        lines = meta.get("log")
+        if lines and isinstance(lines, list):  # from workers whose run directory is here, not on their node
+            with open(self.run_dir.path / "logs" / f"{worker.spec.name}.log", "a") as f:
+                f.write("".join(f"{line}\n" for line in lines if isinstance(line, str)))
         if event in ("heartbeat", "exit"):
             stats = meta.get("stats") or {}
             returns = stats.pop("episode_returns", [])

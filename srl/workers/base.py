@@ -12,6 +12,7 @@ controller is gone, and the worker exits on its own rather than linger as an orp
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -26,6 +27,26 @@ from srl.streams.link import LinkClient, StreamContext, Transport
 from srl.streams.names import DirectoryNameService, NameService
 
 log = logging.getLogger(__name__)
+
+
+class ShippedLog(logging.Handler):
+    """Keeps the newest formatted log lines until the next heartbeat carries them away."""
+
+    def __init__(self, capacity: int = 500) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=capacity)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    def drain(self) -> list[str]:
+        lines = list(self.lines)
+        self.lines.clear()
+        return lines
+
+
+#: Installed as the logging handler by workers whose logs must travel to the controller.
+SHIPPED_LOG = ShippedLog()
 
 CONTROL_KEY = "control"
 
@@ -140,6 +161,7 @@ class Worker(ABC):
         if force or now - self._last_heartbeat >= self.spec.heartbeat_s:
             self._last_heartbeat = now
             self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
+                                   "log": SHIPPED_LOG.drain(),
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self.stats()})
         if now - self._last_ack > self.spec.orphan_timeout_s or not self._controller_alive():
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
@@ -174,14 +196,16 @@ class Worker(ABC):
             else:
                 code = 1
                 log.error("worker %s failed:\n%s", self.name, text)
-                self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:]})
+                self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:],
+                                       "log": SHIPPED_LOG.drain()})
         finally:
             try:
                 self.teardown()
             except Exception:
                 log.exception("teardown of %s failed", self.name)
             if code == 0:
-                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self.stats()})
+                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self.stats(),
+                                       "log": SHIPPED_LOG.drain()})
             time.sleep(0.05)  # let the last message leave before the socket closes
             self._control.close()
         return code

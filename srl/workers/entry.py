@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from srl.workers.actor import ActorWorker
-from srl.workers.base import ContextSpec, Worker, WorkerSpec
+from srl.workers.base import SHIPPED_LOG, ContextSpec, Worker, WorkerSpec
 from srl.workers.policy_worker import PolicyWorker
 from srl.workers.relay import RelayWorker
 from srl.workers.trainer import TrainerWorker
@@ -56,10 +56,16 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
         # Ctrl-C reaches the whole process group; the controller alone decides how to stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _die_with_parent()
-    _redirect_output(spec.run_dir, spec.name)
+    if own_process:
+        _redirect_output(spec.run_dir, spec.name)
+    else:
+        # On a cluster the run directory lives on the driver's machine: log lines travel
+        # with the heartbeats and the controller writes them into logs/<worker>.log there.
+        logging.basicConfig(level=logging.INFO, handlers=[SHIPPED_LOG], force=True,
+                            format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     # Simulators that write files into the working directory (VizDoom's config, for one)
     # write them inside the run directory, never into the user's.
-    workdir = Path(spec.run_dir) / "workdir"
+    workdir = Path(spec.run_dir) / "workdir" if own_process else Path(context.build().ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     # One intra-op thread per worker: workers already fill the cores, and idle OpenMP

@@ -47,3 +47,11 @@ def test_soak_smoke(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert figures["peak_mb"] and figures["summary"]["env_steps"] > 0
+
+
+def test_param_latency_smoke(tmp_path):
+    out = tmp_path / "latency.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "param_latency.py"), "--sizes", "10000",
+                             "--repeats", "2", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(json.loads(out.read_text())) == {"shm", "zmq"}

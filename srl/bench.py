@@ -190,6 +190,18 @@ def frame_skip_of(config: ExperimentConfig) -> int:
 
 
 def run_bench(config: ExperimentConfig, seconds: float, cores: int | None = None) -> dict[str, Any]:
+    # Simulators may write files into the working directory (VizDoom, MuJoCo's warning log):
+    # measure from a scratch directory so nothing lands in the user's.
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="srl-bench-cwd-") as scratch:
+        os.chdir(scratch)
+        try:
+            return _run_bench(config, seconds, cores)
+        finally:
+            os.chdir(here)
+
+
+def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> dict[str, Any]:
     cores = cores or os.cpu_count() or 1
     data = config.model_dump(mode="json")
     per_process = max(1, config.actors.envs_per_slot)

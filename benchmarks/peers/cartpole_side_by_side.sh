@@ -3,8 +3,9 @@
 #
 # Each round runs `srl train cartpole-ppo`, then benchmarks/peers/sb3_ppo.py, then
 # benchmarks/peers/sf_appo.py, one after the other, each until the mean return of the last 100
-# episodes reaches 475. Each is timed from the shell (date +%s.%N around the whole command: start-up, imports and shutdown included),
-# then a table of wall time to 475 and steps/s per round, medians and ratios is printed.
+# episodes reaches 475. Each is timed from the shell (date +%s.%N around the whole command:
+# start-up, imports and shutdown included), then a table of wall time to 475 and steps/s per
+# round, medians and ratios is printed.
 #
 #   source .venv/bin/activate                        # the srl on PATH is the one measured
 #   bash benchmarks/peers/cartpole_side_by_side.sh [ROUNDS]   # default 3
@@ -142,7 +143,8 @@ def lead(lib, srl, peer):
         return ["", ""]
     if srl is None or peer is None:
         return ["-", "-"]
-    return [fmt(ratio(peer["wall_s"], srl["wall_s"]), ".2f"), fmt(ratio(srl["steps_per_s"], peer["steps_per_s"]), ".2f")]
+    return [fmt(ratio(peer["wall_s"], srl["wall_s"]), ".2f"),
+            fmt(ratio(srl["steps_per_s"], peer["steps_per_s"]), ".2f")]
 
 
 print(f"\nCartPole-v1 to a mean return of {target} over the last 100 episodes (wall in seconds)")

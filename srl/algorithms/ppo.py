@@ -36,6 +36,8 @@ class PPOConfig(AlgorithmConfig):
     normalize_advantages: bool = True
     #: Divide rewards by the running standard deviation of discounted returns.
     normalize_rewards: bool = False
+    #: Anneal the learning rate linearly to zero over this many trained env steps (None: constant).
+    anneal_lr_steps: pydantic.PositiveInt | None = None
 
 
 def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -87,6 +89,7 @@ class PPO(Algorithm):
         super().__init__(policy, config)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=1e-5, foreach=True)
         self.return_scale = RunningVariance()
+        self.trained_steps = 0
 
     def step(self, batch: NamedArray) -> dict[str, float]:
         c: PPOConfig = self.config
@@ -97,6 +100,10 @@ class PPO(Algorithm):
             self.return_scale.update(discounted_returns(reward, terminated | truncated, c.gamma))
             reward = reward / np.float32(np.sqrt(self.return_scale.var) + 1e-8)
         advantages, returns = gae(reward, value, terminated, truncated, c.gamma, c.gae_lambda)
+        if c.anneal_lr_steps is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.lr * max(0.0, 1.0 - self.trained_steps / c.anneal_lr_steps)
+        self.trained_steps += reward.size
         rows = batch[:-1]
         # Rows of agents that finished before their env did are placeholders: leave them out.
         keep = rows[keys.ALIVE].reshape(-1) if keys.ALIVE in rows else np.ones(rows[keys.REWARD].size, bool)
@@ -142,8 +149,10 @@ class PPO(Algorithm):
         return {k: float(np.mean(v)) for k, v in stats.items()}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "return_scale": vars(self.return_scale)}
+        return {"optimizer": self.optimizer.state_dict(), "return_scale": vars(self.return_scale),
+                "trained_steps": self.trained_steps}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         vars(self.return_scale).update(state.get("return_scale", {}))
+        self.trained_steps = state.get("trained_steps", 0)

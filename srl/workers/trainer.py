@@ -96,10 +96,12 @@ class TrainerWorker(Worker):
         batch = concat(self.buffer, axis=1)
         self.buffer, self.buffered = [], 0
         start = time.monotonic()
+        # Learn first, with the statistics the actors normalised this batch with (so log-prob
+        # ratios compare like with like); then fold the batch into them for the next version.
+        self.last_stats = self.algorithm.step(batch)
         self.policy.update_statistics(batch[keys.OBS][:-1])
         if self.ddp is not None:
             self.ddp.sync_buffers(self.policy.net)
-        self.last_stats = self.algorithm.step(batch)
         self.train_time += time.monotonic() - start
         self.trained_steps += batch[keys.REWARD][:-1].size
         if self.publisher is not None:

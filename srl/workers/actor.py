@@ -19,7 +19,8 @@ class ActorWorker(Worker):
         actors = s["actors"]
         make = lambda: make_env(s["env"])  # noqa: E731
         slots = make_slots(make, actors["ring_size"], actors["envs_per_slot"],
-                           seed=self.spec.seed + 100_000 * self.spec.index)
+                           seed=self.spec.seed + 100_000 * self.spec.index,
+                           backend=s["env"].get("backend", "python"), env_config=s["env"])
         self.inference: InferenceClient
         initial_state = None
         if actors["inference"] == "inline":

@@ -119,6 +119,9 @@ class Worker(ABC):
         self._control: LinkClient | None = None
         self._last_heartbeat = 0.0
         self._last_ack = time.monotonic()
+        #: When the oldest heartbeat still unanswered was sent: a worker busy in one long
+        #: `poll()` (a CNN training step) sent nothing, so the controller owed it no answer.
+        self._unanswered_since: float | None = None
         #: What the controller last told us beyond "keep going" (e.g. the run's env-step count).
         self.controller_info: dict[str, Any] = {}
 
@@ -155,15 +158,19 @@ class Worker(ABC):
         assert self._control is not None
         while (answer := self._control.recv(0)) is not None:
             self._last_ack = now
+            self._unanswered_since = None
             if answer.meta.get("command") == "stop":
                 self._stopping = True
             self.controller_info.update(answer.meta.get("info", {}))
         if force or now - self._last_heartbeat >= self.spec.heartbeat_s:
             self._last_heartbeat = now
+            if self._unanswered_since is None:
+                self._unanswered_since = now
             self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
                                    "log": SHIPPED_LOG.drain(),
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self.stats()})
-        if now - self._last_ack > self.spec.orphan_timeout_s or not self._controller_alive():
+        silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
+        if silent > self.spec.orphan_timeout_s or not self._controller_alive():
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._stopping = True
         return not self._stopping

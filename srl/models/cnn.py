@@ -1,0 +1,47 @@
+"""The Nature DQN convolutional encoder (Mnih et al. 2015), the usual torso for Atari.
+
+Input: one uint8 image field [N, C, H, W] (84x84 stacked frames). Scaling to [0, 1] happens
+inside the network, so observations stay uint8 (4x smaller) all the way from the env to
+the trainer. Orthogonal initialisation with gain sqrt(2), as for the MLPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+
+def _orthogonal(layer: nn.Module) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, np.sqrt(2))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class NatureCNN(nn.Module):
+    out_dim = 512
+
+    def __init__(self, spaces: Mapping[str, gym.Space]) -> None:
+        super().__init__()
+        if len(spaces) != 1:
+            raise ValueError(f"nature_cnn reads one image field, got {list(spaces)}; choose one with actor_inputs")
+        (self.field, space), = spaces.items()
+        if len(space.shape) != 3:
+            raise ValueError(f"nature_cnn needs a [C, H, W] image, field {self.field!r} has shape {space.shape}")
+        #: uint8 images are scaled from [0, 255]; float images are taken as they are.
+        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
+        self.convs = nn.Sequential(
+            _orthogonal(nn.Conv2d(space.shape[0], 32, 8, stride=4)), nn.ReLU(),
+            _orthogonal(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            _orthogonal(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *space.shape)).shape[1]
+        self.linear = nn.Sequential(_orthogonal(nn.Linear(flat, self.out_dim)), nn.ReLU())
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.linear(self.convs(obs[self.field].float() * self.scale))

@@ -39,6 +39,8 @@ class ActorCriticConfig(pydantic.BaseModel):
     share_encoder: bool = False
     #: Normalise float observation fields with running statistics updated by the trainer.
     obs_norm: bool = False
+    #: Initial log standard deviation of a Gaussian action head (continuous actions).
+    log_std_init: float = 0.0
 
 
 def mlp(in_dim: int, hidden: list[int], activation: type[nn.Module]) -> tuple[nn.Sequential, int]:
@@ -73,7 +75,7 @@ class ActorCriticNet(nn.Module):
         self.value_head = nn.Linear(critic_width, 1)
         nn.init.orthogonal_(self.value_head.weight, 1.0)
         nn.init.zeros_(self.value_head.bias)
-        self.head = ActionHead(width, action_space)
+        self.head = ActionHead(width, action_space, config.log_std_init)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> tuple[list[torch.distributions.Distribution], torch.Tensor]:
         """`obs` fields shaped [N, ...]; returns the action distributions and values [N]."""

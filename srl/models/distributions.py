@@ -12,7 +12,7 @@ from torch.distributions import Categorical, Normal
 class ActionHead(nn.Module):
     """Maps features to a distribution; `log_prob` and `entropy` sum over action dims."""
 
-    def __init__(self, in_dim: int, space: gym.Space) -> None:
+    def __init__(self, in_dim: int, space: gym.Space, log_std_init: float = 0.0) -> None:
         super().__init__()
         self.space = space
         if isinstance(space, gym.spaces.Discrete):
@@ -22,7 +22,7 @@ class ActionHead(nn.Module):
         elif isinstance(space, gym.spaces.Box):
             self.nvec = []
             dim = int(np.prod(space.shape))
-            self.log_std = nn.Parameter(torch.zeros(dim))  # state-independent, as in PPO's paper
+            self.log_std = nn.Parameter(torch.full((dim,), float(log_std_init)))  # state-independent, as in PPO's paper
         else:
             raise TypeError(f"unsupported action space {space}")
         self.linear = nn.Linear(in_dim, sum(self.nvec) if self.nvec else int(np.prod(space.shape)))

@@ -268,8 +268,9 @@ class Controller:
                 worker.state = "running" if worker.state in ("starting", "running") else worker.state
                 command = "stop" if self.stop_reason else "ok"
                 self.control.send(message.client, 0, {"command": command, "info": {"env_steps": self.env_steps}})
-            else:
+            elif self.stop_reason:
                 worker.state = "exited"
+            # else: it quit on its own mid-run; its exit code brings supervision to restart it
         elif event == "error":  # the worker exits next; supervision restarts it within budget
             worker.error = str(meta.get("error", ""))
 

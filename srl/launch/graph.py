@@ -40,6 +40,8 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
     # Every stream's transport is decided once, from the hosts of all its ends.
     param_readers = policies if remote else actors
     parameters_of, parameters_net, relays = _parameter_routes(c.streams.transport, trainers[0], param_readers, host_of)
+    for name in trainers[1:]:  # data-parallel peers hold the same end; only rank 0 publishes on it
+        parameters_of[name] = parameters_of[trainers[0]]
     trainer_of = {a: i % len(trainers) for i, a in enumerate(actors)}
     server_of = {a: i % len(policies) for i, a in enumerate(actors)} if remote else {}
     samples = [StreamEnd(SAMPLES.format(i), transport([t, *(a for a in actors if trainer_of[a] == i)]))

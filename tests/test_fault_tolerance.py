@@ -152,3 +152,13 @@ def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_p
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "algorithm.type=noop",
+                     "algorithm.args={step_sleep_s: 3}", "supervision.heartbeat_timeout_s=1.5", "stop.time_s=10",
+                     "stop.episode_return=null", "log.tensorboard=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trainer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "trainer")
+    assert trainer["restarts"] == 0 and trainer["policy_version"] >= 2

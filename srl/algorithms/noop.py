@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from srl.api.algorithm import Algorithm
+import time
+
+import pydantic
+
+from srl.api.algorithm import Algorithm, AlgorithmConfig
 from srl.data import keys
 from srl.data.named_array import NamedArray
 
 
+class NoopConfig(AlgorithmConfig):
+    #: Pretend each step is this slow (to test what a long training step does to the system).
+    step_sleep_s: float = pydantic.Field(0.0, ge=0)
+
+
 class NoopAlgorithm(Algorithm):
+    Config = NoopConfig
+
     def step(self, batch: NamedArray) -> dict[str, float]:
+        if self.config.step_sleep_s:
+            time.sleep(self.config.step_sleep_s)
         self.policy.version += 1
         return {"rows": float(batch[keys.REWARD][:-1].size)}

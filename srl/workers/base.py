@@ -13,13 +13,16 @@ controller is gone, and the worker exits on its own rather than linger as an orp
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +177,27 @@ class Worker(ABC):
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._stopping = True
         return not self._stopping
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Keep heartbeating from a helper thread while the body runs one long computation.
+
+        The control socket changes hands for the duration: the body must not touch it (a
+        training step doesn't), so the two threads never use it at the same time.
+        """
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.spec.heartbeat_s):
+                self.heartbeat(force=True)
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _controller_alive(self) -> bool:
         if self.spec.controller_pid is None:

@@ -98,7 +98,8 @@ class TrainerWorker(Worker):
         start = time.monotonic()
         # Learn first, with the statistics the actors normalised this batch with (so log-prob
         # ratios compare like with like); then fold the batch into them for the next version.
-        self.last_stats = self.algorithm.step(batch)
+        with self.busy():  # a CNN step on a CPU can outlast the heartbeat timeout
+            self.last_stats = self.algorithm.step(batch)
         self.policy.update_statistics(batch[keys.OBS][:-1])
         if self.ddp is not None:
             self.ddp.sync_buffers(self.policy.net)

@@ -162,3 +162,13 @@ def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(run_srl
     assert result.returncode == 0, result.stderr[-3000:]
     trainer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "trainer")
     assert trainer["restarts"] == 0 and trainer["policy_version"] >= 2
+
+
+def test_a_worker_that_cannot_start_stops_the_run_at_once(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "env.id=NoSuchEnv-v0", "stop.time_s=60",
+                     "log.tensorboard=false", timeout=120)
+    assert result.returncode == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "failed to start" in summary["stop_reason"] and "NoSuchEnv" in summary["stop_reason"]
+    assert all(w["restarts"] == 0 for w in _status(run_dir)["workers"])

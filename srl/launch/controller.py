@@ -282,6 +282,13 @@ class Controller:
             code = self.launcher.exitcode(name)
             if code is not None and worker.state not in ("exited", "failed"):
                 last = worker.error.strip().splitlines()[-1] if worker.error.strip() else ""
+                if worker.state == "starting" and worker.restarts == 0 and worker.error:
+                    # It failed while setting up, before ever running: a missing package or a bad
+                    # setting, which a restart cannot fix. Stop now, with the reason.
+                    worker.state = "failed"
+                    self.stop_reason = f"worker {name} failed to start: {last}"
+                    print(f"srl: {self.stop_reason}", file=sys.stderr)
+                    return
                 self._restart(worker, f"died with exit code {code}" + (f" ({last})" if last else ""), now)
             elif worker.state == "running" and now - worker.last_heartbeat > timeout:
                 worker.state = "hung"

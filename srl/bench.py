@@ -145,12 +145,13 @@ def _parallel(target: Any, args: tuple, processes: int) -> float:
 
 
 # ------------------------------------------------------------------------ the real system
-def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool) -> tuple[float, dict[str, Any]]:
+def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool,
+                startup_s: float = STARTUP_ALLOWANCE_S) -> tuple[float, dict[str, Any]]:
     """Steady env steps/s of a real local run, after start-up and a short warm-up."""
     from srl.launch.controller import Controller
 
     data = json.loads(json.dumps(config_data))
-    data["stop"] = {"time_s": seconds + STARTUP_ALLOWANCE_S}
+    data["stop"] = {"time_s": seconds + startup_s}
     data.setdefault("log", {}).update({"tensorboard": False, "progress": False, "report_interval_s": 0.5})
     if sampling_only:
         data["algorithm"] = {"type": "noop", "args": {}}

@@ -40,6 +40,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.inference import InferenceServer, RemoteInference, serve
 from srl.streams.link import StreamContext
+from srl.streams import shm
 from srl.streams.names import DirectoryNameService
 
 #: name -> (observation shape, dtype, number of actions, policy args)
@@ -165,6 +166,7 @@ def stream_rate(policy, model: str, batch: int, transport: str, clients: int, ri
                     p.kill()
                     p.join()
             server.close()
+            shm.sweep(f"{shm.PREFIX}{run_id}_")  # whatever a killed client left behind
     return {**figures, "mean_batch": sum(served) / max(len(served), 1)}
 
 

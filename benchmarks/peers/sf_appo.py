@@ -30,7 +30,10 @@ import time
 T0 = time.perf_counter()  # first thing: wall time includes every import below
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import glob  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -217,6 +220,12 @@ def main(argv=None) -> int:
             except psutil.NoSuchProcess:
                 pass
         shutil.rmtree(train_dir, ignore_errors=True)
+        # Sample Factory shares tensors through torch's file_system strategy: segments named
+        # torch_<creator pid>_* that only a clean exit removes. Ours were stopped, so sweep them.
+        for pid in [os.getpid(), *started]:
+            for leftover in glob.glob(f"/dev/shm/torch_{pid}_*"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
 
     steady = None
     if observer.first and observer.last and observer.last[0] > observer.first[0]:

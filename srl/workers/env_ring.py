@@ -222,27 +222,31 @@ class EnvRing:
         self.t[slot] = 0
         return self._request(slot)
 
+    def _record(self, buf: NamedArray, path: str, t: int, row: np.ndarray) -> None:
+        """Write row `t` of a field, allocating its [T + 1, ...] buffer the first time it appears."""
+        try:
+            column = buf[path]
+        except KeyError:
+            buf[path] = np.zeros((self.T + 1, *np.shape(row)), np.asarray(row).dtype)
+            column = buf[path]
+        column[t] = row
+
     def _request(self, slot: int) -> NamedArray:
-        request = NamedArray({keys.OBS: self.buffers[slot][keys.OBS][self.t[slot]]})
+        buf, t = self.buffers[slot], self.t[slot]
+        request = NamedArray({keys.OBS: buf[keys.OBS][t]})
         state = self.states[slot]
-        if state.paths():
+        if state.keys():  # an RNN policy: send the state, and record the one each row started from
             request[keys.RNN_STATE] = state
-            self.buffers[slot].setdefault(keys.RNN_STATE, NamedArray())
             for path, leaf in state.items_flat():
-                if path not in self.buffers[slot][keys.RNN_STATE].paths():
-                    self.buffers[slot][keys.RNN_STATE][path] = np.zeros((self.T + 1, *leaf.shape), leaf.dtype)
-                self.buffers[slot][keys.RNN_STATE][path][self.t[slot]] = leaf
+                self._record(buf, f"{keys.RNN_STATE}/{path}", t, leaf)
         return request
 
     def step(self, slot: int, reply: NamedArray) -> tuple[NamedArray, NamedArray | None]:
         """Record the reply, step the slot's envs; returns (next request, finished trajectory or None)."""
         s, buf, t = self.slots[slot], self.buffers[slot], self.t[slot]
         for path, leaf in reply.items_flat():
-            if path.split("/", 1)[0] in _CARRIED:
-                continue
-            if path not in buf.paths():
-                buf[path] = np.zeros((self.T + 1, *leaf.shape), leaf.dtype)
-            buf[path][t] = leaf
+            if path.split("/", 1)[0] not in _CARRIED:
+                self._record(buf, path, t, leaf)
         trajectory = None
         if t == self.T:
             trajectory = buf.copy()
@@ -254,7 +258,7 @@ class EnvRing:
             self.episode_returns.append(episode_return)
             self.episode_lengths.append(length)
         next_state = reply[keys.RNN_STATE].copy() if keys.RNN_STATE in reply else NamedArray()
-        if next_state.paths() and out.reset_rows:
+        if next_state.keys() and out.reset_rows:
             next_state[np.asarray(out.reset_rows)] = self.initial_state(len(out.reset_rows))
         self.env_steps += s.n_envs
         self.t[slot] = t + 1

@@ -156,26 +156,35 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+class Packed:
+    """A message encoded once (header and buffer list), ready to lay out in a region."""
+
+    def __init__(self, meta: dict[str, Any], arrays: NamedArray | None) -> None:
+        self.header, self.buffers = _header(meta, arrays)
+        self.size = _aligned(_REGION_HEAD.size + len(self.header)) + sum(_aligned(b.nbytes) for b in self.buffers)
+
+    def write(self, region: memoryview) -> int:
+        """Lay the message out in `region`; returns the bytes used. Raises WireError if it does not fit."""
+        if self.size > region.nbytes:
+            raise WireError(f"message of {self.size} bytes does not fit a {region.nbytes}-byte slot")
+        _REGION_HEAD.pack_into(region, 0, len(self.header), len(self.buffers))
+        region[_REGION_HEAD.size:_REGION_HEAD.size + len(self.header)] = self.header
+        offset = _aligned(_REGION_HEAD.size + len(self.header))
+        for buf in self.buffers:
+            n = buf.nbytes
+            if n:
+                np.frombuffer(region, np.uint8, n, offset)[:] = buf.reshape(-1).view(np.uint8)
+            offset += _aligned(n)
+        return self.size
+
+
 def packed_size(meta: dict[str, Any], arrays: NamedArray | None) -> int:
-    header, buffers = _header(meta, arrays)
-    return _aligned(_REGION_HEAD.size + len(header)) + sum(_aligned(b.nbytes) for b in buffers)
+    return Packed(meta, arrays).size
 
 
 def pack_into(region: memoryview, meta: dict[str, Any], arrays: NamedArray | None) -> int:
     """Lay a message out in `region`; returns the bytes used. Raises WireError if it does not fit."""
-    header, buffers = _header(meta, arrays)
-    offset = _aligned(_REGION_HEAD.size + len(header))
-    total = offset + sum(_aligned(b.nbytes) for b in buffers)
-    if total > region.nbytes:
-        raise WireError(f"message of {total} bytes does not fit a {region.nbytes}-byte slot")
-    _REGION_HEAD.pack_into(region, 0, len(header), len(buffers))
-    region[_REGION_HEAD.size:_REGION_HEAD.size + len(header)] = header
-    for buf in buffers:
-        n = buf.nbytes
-        if n:
-            np.frombuffer(region, np.uint8, n, offset)[:] = buf.reshape(-1).view(np.uint8)
-        offset += _aligned(n)
-    return total
+    return Packed(meta, arrays).write(region)
 
 
 def unpack_from(region: memoryview) -> Message:

@@ -71,12 +71,12 @@ class ShmWriter:
         self.retired: list[tuple[Segment, set[int]]] = []
 
     def write(self, slot: int, meta: dict[str, Any], arrays: NamedArray) -> list[Any]:
-        need = wire.packed_size(meta, arrays)
-        if self.segment is None or need > self.slot_bytes or slot >= self.nslots:
-            self._grow(max(need, self.slot_bytes), max(slot + 1, self.nslots))
+        packed = wire.Packed(meta, arrays)  # the header is encoded once, sized and written from it
+        if self.segment is None or packed.size > self.slot_bytes or slot >= self.nslots:
+            self._grow(max(packed.size, self.slot_bytes), max(slot + 1, self.nslots))
         offset = slot * self.slot_bytes
         assert self.segment is not None
-        used = wire.pack_into(self.segment.buf[offset:offset + self.slot_bytes], meta, arrays)
+        used = packed.write(self.segment.buf[offset:offset + self.slot_bytes])
         self.written.add(slot)
         self._release(slot)
         return [self.segment.name, offset, used]

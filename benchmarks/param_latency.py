@@ -23,17 +23,13 @@ import time
 import numpy as np
 
 from srl.data.named_array import NamedArray
-from srl.streams.link import StreamContext
-from srl.streams.names import DirectoryNameService
 from srl.streams.parameters import open_publisher, open_subscriber
+from srl.workers.base import ContextSpec
 
-
-def _context(run_id: str, secret: bytes, root: str, host: str) -> StreamContext:
-    return StreamContext(run_id, secret, DirectoryNameService(f"{root}/names"), root, host)
 
 
 def _subscriber(run_id: str, secret: bytes, root: str, host: str, transport: str, versions: int, queue) -> None:
-    ctx = _context(run_id, secret, root, host)
+    ctx = ContextSpec(run_id, secret, f"{root}/names", root, host).build()
     sub = open_subscriber(ctx, "params", transport)
     latencies = []
     try:
@@ -54,7 +50,7 @@ def _subscriber(run_id: str, secret: bytes, root: str, host: str, transport: str
 def measure(size: int, transport: str, repeats: int, pub_host: str, sub_host: str) -> float:
     run_id, secret = secrets.token_hex(4), secrets.token_bytes(32)
     with tempfile.TemporaryDirectory(prefix="srl-pl-") as root:
-        pub = open_publisher(_context(run_id, secret, root, pub_host), "params", transport)
+        pub = open_publisher(ContextSpec(run_id, secret, f"{root}/names", root, pub_host).build(), "params", transport)
         params = NamedArray(w=np.random.default_rng(0).standard_normal(size).astype(np.float32))
         pub.publish(0, params, {"sent": time.time()})
         queue = mp.get_context("spawn").Queue()

@@ -39,9 +39,8 @@ import numpy as np
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.inference import InferenceServer, RemoteInference, serve
-from srl.streams.link import StreamContext
 from srl.streams import shm
-from srl.streams.names import DirectoryNameService
+from srl.workers.base import ContextSpec
 
 #: name -> (observation shape, dtype, number of actions, policy args)
 MODELS: dict[str, tuple[tuple[int, ...], type, int, dict[str, Any]]] = {
@@ -51,9 +50,6 @@ MODELS: dict[str, tuple[tuple[int, ...], type, int, dict[str, Any]]] = {
 DEFAULT_BATCHES = {"mlp": [16, 64, 256, 1024], "cnn": [8, 32, 128]}
 KEY = "inference"
 
-
-def _context(run_id: str, secret: bytes, root: str) -> StreamContext:
-    return StreamContext(run_id, secret, DirectoryNameService(f"{root}/names"), root)
 
 
 def _observations(model: str, rows: int) -> NamedArray:
@@ -65,7 +61,7 @@ def _observations(model: str, rows: int) -> NamedArray:
 def _client(run_id: str, secret: bytes, root: str, transport: str, index: int, model: str, ring: int, rows: int,
             stop) -> None:
     """An actor without envs: re-request a slot as soon as its reply is in."""
-    inference = RemoteInference(_context(run_id, secret, root), KEY, transport, f"client{index}")
+    inference = RemoteInference(ContextSpec(run_id, secret, f"{root}/names", root).build(), KEY, transport, f"client{index}")
     requests = [_observations(model, rows) for _ in range(ring)]
     try:
         for slot, request in enumerate(requests):
@@ -137,7 +133,7 @@ def stream_rate(policy, model: str, batch: int, transport: str, clients: int, ri
     run_id, secret = secrets.token_hex(4), secrets.token_bytes(32)
     spawn = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="srl-pw-") as root:
-        server = InferenceServer(_context(run_id, secret, root), KEY, transport)
+        server = InferenceServer(ContextSpec(run_id, secret, f"{root}/names", root).build(), KEY, transport)
         stop = spawn.Event()
         procs = [spawn.Process(target=_client, args=(run_id, secret, root, transport, i, model, ring, rows, stop))
                  for i in range(clients)]

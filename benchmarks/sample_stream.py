@@ -35,9 +35,8 @@ import numpy as np
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.streams.link import StreamContext
-from srl.streams.names import DirectoryNameService
 from srl.streams.samples import SampleConsumer, SampleProducer
+from srl.workers.base import ContextSpec
 
 #: name -> (T, rows, observation shape, observation dtype)
 SIZES: dict[str, tuple[int, int, tuple[int, ...], type]] = {
@@ -46,9 +45,6 @@ SIZES: dict[str, tuple[int, int, tuple[int, ...], type]] = {
 }
 KEY = "samples"
 
-
-def _context(run_id: str, secret: bytes, root: str) -> StreamContext:
-    return StreamContext(run_id, secret, DirectoryNameService(f"{root}/names"), root)
 
 
 def trajectory(size: str) -> NamedArray:
@@ -71,7 +67,7 @@ def trajectory(size: str) -> NamedArray:
 
 def _producer(run_id: str, secret: bytes, root: str, transport: str, index: int, size: str, slots: int,
               stop) -> None:
-    producer = SampleProducer(_context(run_id, secret, root), KEY, transport, f"producer{index}", slots)
+    producer = SampleProducer(ContextSpec(run_id, secret, f"{root}/names", root).build(), KEY, transport, f"producer{index}", slots)
     batch = trajectory(size)
     try:
         while not stop.is_set() and producer.put(batch, {"actor": index}, while_waiting=lambda: not stop.is_set()):
@@ -86,7 +82,7 @@ def measure(size: str, transport: str, producers: int, slots: int, seconds: floa
     run_id, secret = secrets.token_hex(4), secrets.token_bytes(32)
     spawn = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="srl-ss-") as root:
-        consumer = SampleConsumer(_context(run_id, secret, root), KEY, transport)
+        consumer = SampleConsumer(ContextSpec(run_id, secret, f"{root}/names", root).build(), KEY, transport)
         stop = spawn.Event()
         procs = [spawn.Process(target=_producer, args=(run_id, secret, root, transport, i, size, slots, stop))
                  for i in range(producers)]

@@ -28,7 +28,7 @@ import numpy as np
 
 from srl.api.config import ExperimentConfig, validate
 from srl.data import keys
-from srl.data.named_array import NamedArray, concat, stack
+from srl.data.named_array import NamedArray, stack
 
 #: Seconds after the first env steps before the steady-state window opens.
 WARMUP_S = 1.0

@@ -29,7 +29,6 @@ from srl.launch.local import LocalLauncher
 from srl.launch.run_dir import RunDir, read_status
 from srl.streams import shm
 from srl.streams.link import LinkServer, StreamContext
-from srl.streams.names import DirectoryNameService
 from srl.workers import checkpoint
 from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
 
@@ -109,6 +108,7 @@ class Controller:
         self.finished_env_steps = 0  # from workers that exited or were replaced
         self.stop_reason = ""
         self._interrupted = False
+        self._progress = Progress(config.log.progress)
 
     # ------------------------------------------------------------------ aggregates
     @property
@@ -311,12 +311,6 @@ class Controller:
         self._progress.show(record)
         self._write_status("running" if not self.stop_reason else "stopping", now)
         return now, steps
-
-    @property
-    def _progress(self) -> Progress:
-        if not hasattr(self, "_progress_line"):
-            self._progress_line = Progress(self.config.log.progress)
-        return self._progress_line
 
     def _write_status(self, state: str, now: float) -> None:
         self.run_dir.write_status({"run_id": self.run_id, "state": state, "controller_pid": os.getpid(),

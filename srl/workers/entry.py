@@ -65,13 +65,14 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
                             format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     # Simulators that write files into the working directory (VizDoom's config, for one)
     # write them inside the run directory, never into the user's.
-    workdir = Path(spec.run_dir) / "workdir" if own_process else Path(context.build().ipc_dir) / "workdir"
+    ctx = context.build()
+    workdir = Path(spec.run_dir) / "workdir" if own_process else Path(ctx.ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     # One intra-op thread per worker: workers already fill the cores, and idle OpenMP
     # threads spinning beside them cost more than any parallel speed-up of small ops.
     torch.set_num_threads(1)
-    worker = WORKER_KINDS[spec.kind](spec, context.build())
+    worker = WORKER_KINDS[spec.kind](spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     logging.info("starting %s (pid %d)", spec.name, os.getpid())

@@ -119,10 +119,10 @@ class EnvSlot(Slot):
 
     def _check_finite(self, out: SlotStep) -> None:
         bad = checks.non_finite_rows({k: out.next_obs[k] for k in self.obs_fields}, out.reward)
-        for row, field in bad.items():
+        for row, name in bad.items():
             j, agent = row // self.n_agents, self.agents[row % self.n_agents]
             if self.on_bad_output == "raise":
-                raise checks.BadEnvOutput(f"{checks.where(self.name, j, agent, field)}: NaN or infinity")
+                raise checks.BadEnvOutput(f"{checks.where(self.name, j, agent, name)}: NaN or infinity")
             # skip_episode: end the episode here (truncated), start a new one, learn nothing from the row
             base = j * self.n_agents
             out.next_obs[base:base + self.n_agents] = 0

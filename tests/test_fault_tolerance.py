@@ -42,15 +42,22 @@ def _worker(run_dir: Path, name: str) -> dict | None:
 
 def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
     run_dir = tmp_path / "run"
+    # The goal is high enough that the run cannot reach it before all three kills are done (a
+    # return of 150 was sometimes reached within five seconds, while the kills were under way).
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "stop.episode_return=150", "stop.time_s=200", "checkpoint.every_s=2", "log.tensorboard=false"),
+                    "stop.episode_return=450", "stop.time_s=200", "checkpoint.every_s=2", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for name in ("actor.0", "policy.0", "trainer.0"):
-            running = lambda: (w := _worker(run_dir, name)) and w["state"] == "running" and w  # noqa: E731
+            running = lambda: (_status(run_dir).get("state") == "running"  # noqa: E731
+                               and (w := _worker(run_dir, name)) and w["state"] == "running" and w)
             victim = _wait_for(running, 60, f"{name} running", process)
-            os.kill(victim["pid"], signal.SIGKILL)
+            try:
+                os.kill(victim["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                raise AssertionError(f"{name} (pid {victim['pid']}) was gone before it was killed; "
+                                     f"status: {_status(run_dir)}") from None
             replaced = lambda: ((w := _worker(run_dir, name)) and w["restarts"] >= 1  # noqa: E731
                                 and w["state"] == "running" and w["pid"] != victim["pid"] and w)
             _wait_for(replaced, 60, f"{name} replaced", process)

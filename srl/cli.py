@@ -1,4 +1,4 @@
-"""The `srl` command: train, status, configs."""
+"""The `srl` command: train, status, bench, evaluate, configs."""
 
 from __future__ import annotations
 
@@ -92,6 +92,39 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    import os
+
+    from srl.evaluate import SOURCES, evaluate
+
+    agents = {}
+    for item in args.agents:
+        prefix, sep, source = item.partition("=")
+        if not sep or not prefix or not source:
+            print(f"srl: --agents {item!r}: expected PREFIX=SOURCE, SOURCE one of {', '.join(SOURCES)} "
+                  "or a checkpoint path", file=sys.stderr)
+            return EXIT_CONFIG
+        agents[prefix] = source if source in SOURCES else str(Path(source).resolve())
+    run_dir = Path(args.run_dir).resolve()
+    if not (run_dir / "config.yaml").is_file():
+        print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
+        return EXIT_CONFIG
+    workdir = run_dir / "workdir"  # envs that write files (VizDoom) write them inside the run, as in training
+    workdir.mkdir(exist_ok=True)
+    os.chdir(workdir)
+    try:
+        result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic)
+    except ValueError as exc:
+        print(f"srl: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"{result.episodes} episodes: return {result.return_mean:.3f} ± {result.return_stderr:.3f} (standard "
+          f"error), length {result.length_mean:.1f}; agents: "
+          + ", ".join(f"{a}={s}" for a, s in result.agents.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.as_dict(), indent=1))
+    return 0
+
+
 def _configs(args: argparse.Namespace) -> int:
     for name in bundled_configs():
         print(name)
@@ -118,6 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--cores", type=int, default=None, help="cores to measure on (default: all)")
     bench.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     bench.set_defaults(fn=_bench)
+    play = sub.add_parser("evaluate", help="play episodes with a run's checkpoint, no training")
+    play.add_argument("run_dir")
+    play.add_argument("--episodes", type=int, default=100)
+    play.add_argument("--envs", type=int, default=8, help="envs stepped together")
+    play.add_argument("--agents", nargs="*", default=[], metavar="PREFIX=SOURCE",
+                      help="agents whose id starts with PREFIX act with SOURCE: latest (default), initial, "
+                           "random or a ckpt-*.pt path")
+    play.add_argument("--deterministic", action="store_true", help="take the most likely action")
+    play.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    play.set_defaults(fn=_evaluate)
     configs = sub.add_parser("configs", help="list bundled configs")
     configs.set_defaults(fn=_configs)
     args, extra = parser.parse_known_args(argv)

@@ -1,4 +1,6 @@
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +21,20 @@ def run_srl(tmp_path: Path):
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     return run
+
+
+def kill_run(process: subprocess.Popen, run_dir: Path) -> None:
+    """SIGKILL a run started in its own session, and remove the shared memory it could not.
+
+    For a test's `finally`: a test that fails mid-run must not leave segments in /dev/shm.
+    """
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    try:
+        run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
+    except (OSError, ValueError, KeyError):
+        return
+    from srl.streams import shm
+
+    shm.sweep(f"{shm.PREFIX}{run_id}_")

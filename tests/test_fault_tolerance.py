@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import srl_command
+from conftest import kill_run, srl_command
 
 pytestmark = pytest.mark.integration
 
@@ -68,9 +68,7 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
         for name in ("actor.0", "policy.0", "trainer.0"):
             assert workers[name]["restarts"] == 1 and workers[name]["restart_latency_s"] is not None
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        kill_run(process, run_dir)
 
 
 def test_crash_looping_env_stops_within_the_restart_budget(run_srl, tmp_path):
@@ -100,18 +98,16 @@ def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
         run_id = _status(run_dir)["run_id"]
         os.killpg(process.pid, signal.SIGKILL)  # the whole process group, no goodbye
         process.wait()
+        time.sleep(1)
+        checkpoint = saved()[-1]
+        target = checkpoint["env_steps"] + 20000
+        result = run_srl("train", "--resume", str(run_dir), f"stop.env_steps={target}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["env_steps"] >= target and summary["policy_version"] >= checkpoint["version"]
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]  # the killed run's, swept
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    time.sleep(1)
-    checkpoint = saved()[-1]
-    target = checkpoint["env_steps"] + 20000
-    result = run_srl("train", "--resume", str(run_dir), f"stop.env_steps={target}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] >= target and summary["policy_version"] >= checkpoint["version"]
-    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]  # the killed run's, swept
+        kill_run(process, run_dir)  # after the assertions: it sweeps too
 
 
 def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_path):
@@ -156,9 +152,7 @@ def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_p
         assert all(w["restarts"] == 0 for w in workers.values())
     finally:
         context.destroy(linger=0)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        kill_run(process, run_dir)
 
 
 def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(run_srl, tmp_path):

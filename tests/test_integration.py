@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import srl_command
+from conftest import kill_run, srl_command
 
 pytestmark = pytest.mark.integration
 
@@ -71,9 +71,7 @@ def test_sigint_leaves_nothing_behind(tmp_path):
         assert not _segments(status["run_id"])
         assert _summary(run_dir)["stop_reason"] == "interrupted"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        kill_run(process, run_dir)
 
 
 def test_resume_continues_from_checkpoint(run_srl, tmp_path):

@@ -104,34 +104,25 @@ class PPO(Algorithm):
             for group in self.optimizer.param_groups:
                 group["lr"] = c.lr * max(0.0, 1.0 - self.trained_steps / c.anneal_lr_steps)
         self.trained_steps += reward.size
-        rows = batch[:-1]
-        # Rows of agents that finished before their env did are placeholders: leave them out.
-        keep = rows[keys.ALIVE].reshape(-1) if keys.ALIVE in rows else np.ones(rows[keys.REWARD].size, bool)
-        flat = lambda x: torch.as_tensor(np.ascontiguousarray(x).reshape(-1, *x.shape[2:])[keep])  # noqa: E731
-        obs = {k: flat(v) for k, v in rows[keys.OBS].items_flat()}
-        action, old_logprob = flat(rows[keys.ACTION]), flat(rows[keys.LOGPROB])
-        old_value, adv, ret = flat(value[:-1]), flat(advantages), flat(returns)
-
-        n = adv.shape[0]
-        size = max(1, n // c.minibatches)
         stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
+        minibatches = Minibatches(batch, advantages, returns, c.minibatches)
         for _ in range(c.epochs):
-            order = torch.randperm(n)
-            for start in range(0, n - size + 1, size):
-                idx = order[start:start + size]
-                out = self.policy.analyze({keys.OBS: {k: v[idx] for k, v in obs.items()}, keys.ACTION: action[idx]})
-                log_ratio = out.logprob - old_logprob[idx]
+            for inputs, rows_of in minibatches:
+                out = self.policy.analyze(inputs)
+                logprob, entropy, new_value = rows_of(out.logprob), rows_of(out.entropy), rows_of(out.value)
+                old_logprob, old_value = rows_of(inputs["old_logprob"]), rows_of(inputs["old_value"])
+                a, ret = rows_of(inputs["advantages"]), rows_of(inputs["returns"])
+                log_ratio = logprob - old_logprob
                 ratio = log_ratio.exp()
-                a = adv[idx]
                 if c.normalize_advantages:
                     a = (a - a.mean()) / (a.std() + 1e-8)
                 policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - c.clip, 1 + c.clip)).mean()
                 if c.value_clip is None:
-                    value_loss = 0.5 * (out.value - ret[idx]).pow(2).mean()
+                    value_loss = 0.5 * (new_value - ret).pow(2).mean()
                 else:
-                    clipped = old_value[idx] + (out.value - old_value[idx]).clamp(-c.value_clip, c.value_clip)
-                    value_loss = 0.5 * torch.max((out.value - ret[idx]).pow(2), (clipped - ret[idx]).pow(2)).mean()
-                entropy = out.entropy.mean()
+                    clipped = old_value + (new_value - old_value).clamp(-c.value_clip, c.value_clip)
+                    value_loss = 0.5 * torch.max((new_value - ret).pow(2), (clipped - ret).pow(2)).mean()
+                entropy = entropy.mean()
                 loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
 
                 self.optimizer.zero_grad(set_to_none=True)
@@ -156,3 +147,54 @@ class PPO(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         vars(self.return_scale).update(state.get("return_scale", {}))
         self.trained_steps = state.get("trained_steps", 0)
+
+
+class Minibatches:
+    """A batch cut into minibatches, in a fresh random order each time it is iterated (an epoch).
+
+    Each item is (analyze inputs, rows_of): `rows_of(x)` picks a per-row tensor's trained
+    rows, in the order `analyze` returns them. Feed-forward: minibatches of single rows,
+    alive rows only. Recurrent (the batch carries `keys.RNN_STATE`): minibatches of whole
+    columns [T, b], so the policy unrolls each through time from the state its first row
+    started from; rows of agents that finished early are masked out afterwards.
+    """
+
+    def __init__(self, batch: NamedArray, advantages: np.ndarray, returns: np.ndarray, count: int) -> None:
+        rows = batch[:-1]
+        tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x))  # noqa: E731
+        T, B = advantages.shape
+        alive = rows[keys.ALIVE] if keys.ALIVE in rows else np.ones((T, B), bool)
+        per_row = {keys.ACTION: rows[keys.ACTION], "old_logprob": rows[keys.LOGPROB],
+                   "old_value": batch[keys.VALUE][:-1].astype(np.float32), "advantages": advantages,
+                   "returns": returns}
+        self.recurrent = keys.RNN_STATE in batch
+        if not self.recurrent:
+            keep = alive.reshape(-1)
+            flat = lambda x: tensor(np.ascontiguousarray(x).reshape(-1, *x.shape[2:])[keep])  # noqa: E731
+            self.obs = {k: flat(v) for k, v in rows[keys.OBS].items_flat()}
+            self.columns = {k: flat(v) for k, v in per_row.items()}
+            self.units = int(keep.sum())
+        else:
+            done = rows[keys.TERMINATED] | rows[keys.TRUNCATED]
+            starts = np.zeros((T, B), bool)
+            starts[1:] = done[:-1]  # the row after an episode's last one begins the next episode
+            self.obs = {k: tensor(v) for k, v in rows[keys.OBS].items_flat()}
+            self.columns = {k: tensor(v) for k, v in per_row.items()}
+            self.first_state = {k: tensor(v[0]) for k, v in batch[keys.RNN_STATE].items_flat()}
+            self.starts, self.alive = tensor(starts), tensor(alive)
+            self.units = B
+        self.size = max(1, self.units // count)
+
+    def __iter__(self):
+        order = torch.randperm(self.units)
+        for start in range(0, self.units - self.size + 1, self.size):
+            idx = order[start:start + self.size]
+            if not self.recurrent:
+                yield {keys.OBS: {k: v[idx] for k, v in self.obs.items()},
+                       **{k: v[idx] for k, v in self.columns.items()}}, lambda x: x
+                continue
+            mask = self.alive[:, idx]
+            yield ({keys.OBS: {k: v[:, idx] for k, v in self.obs.items()},
+                    **{k: v[:, idx] for k, v in self.columns.items()},
+                    keys.RNN_STATE: {k: v[idx] for k, v in self.first_state.items()},
+                    keys.EPISODE_START: self.starts[:, idx]}, lambda x, mask=mask: x[mask])

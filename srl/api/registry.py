@@ -57,6 +57,7 @@ def import_object(path: str) -> Any:
 ENVS = Registry("env", {
     "gym": "srl.envs.gym:GymEnv",
     "fake": "srl.envs.fake:FakeEnv",
+    "recall": "srl.envs.fake:RecallEnv",
     "atari": "srl.envs.atari:AtariEnv",
     "vizdoom": "srl.envs.vizdoom:VizDoomEnv",
     "pettingzoo": "srl.envs.pettingzoo:PettingZooEnv",

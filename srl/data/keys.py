@@ -21,3 +21,6 @@ RNN_STATE = "rnn_state"
 VERSION = "policy_version"
 #: 1.0 where the row belongs to a live agent; agents that finished early are masked out.
 ALIVE = "alive"
+#: True where a row begins a new episode, so an RNN restarts there from its initial state
+#: (derived by the algorithm from the done flags of the row before; not sent by actors).
+EPISODE_START = "episode_start"

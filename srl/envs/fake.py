@@ -1,6 +1,7 @@
-"""A tiny deterministic env for tests and examples.
+"""Tiny envs for tests and examples: `FakeEnv` (which action reached which env) and
+`RecallEnv` (a task only a policy with memory solves).
 
-Each agent sees `[env_tag, t, last_action]` and earns 1 when its action equals
+`FakeEnv` is deterministic: each agent sees `[env_tag, t, last_action]` and earns 1 when its action equals
 `t % n_actions`, so a learner can solve it and a test can check which action reached
 which env at which step. Episodes last `episode_length` steps (or `agent_lengths[i]` for agent i) and end by
 truncation; the env resets when every agent is done.
@@ -64,3 +65,39 @@ class FakeEnv(Env):
         self.history.append({a: int(actions[a]) for a in self.agent_ids})
         self.t += 1
         return self._steps(actions)
+
+
+class RecallEnv(Env):
+    """A memory check: a cue (+1 or -1) is shown at the first step only, and the action taken
+    at the last of `delay` steps earns 1 if it names the cue (0 for -1, 1 for +1).
+
+    Every later observation is all zeros, so a feed-forward policy cannot do better than a
+    mean return of 0.5; a recurrent one can reach 1.
+    """
+
+    agent_ids = ("agent",)
+
+    def __init__(self, delay: int = 4) -> None:
+        self.delay = delay
+        self.rng = np.random.default_rng()
+        self.cue = 0
+        self.t = 0
+        self._obs_space = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+    def observation_space(self, agent: str) -> gym.spaces.Dict:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.cue, self.t = int(self.rng.integers(2)), 0
+        return {"agent": AgentStep({keys.OBS: np.array([2.0 * self.cue - 1.0, 1.0], np.float32)})}
+
+    def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
+        self.t += 1
+        last = self.t >= self.delay
+        reward = float(last and int(actions["agent"]) == self.cue)
+        return {"agent": AgentStep({keys.OBS: np.zeros(2, np.float32)}, reward, last, False)}

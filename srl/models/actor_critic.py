@@ -1,9 +1,15 @@
-"""A feed-forward actor-critic: encoder (flatten or CNN), MLP torsos, action head and value head.
+"""An actor-critic: encoder (flatten, CNN or entity attention), an optional LSTM, MLP torsos,
+action head and value head.
 
 The actor and the critic may read different observation fields: a MAPPO-style centralised
 critic reads the global `state` while each agent's actor reads only its own `obs`. Optional
 observation normalisation keeps running statistics inside the network's buffers, so they
 travel with the parameters and every actor normalises exactly as the trainer does.
+
+With `lstm: N` the actor's features pass through an LSTM of width N. Acting steps it once
+per row, carrying (h, c) as the RNN state; training unrolls it over each trajectory from
+the state its first row started from, restarting at episode starts, so gradients flow
+through time (truncated at the trajectory length).
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from srl.data.named_array import NamedArray
 from srl.models.distributions import ActionHead
 from srl.models.encoders import ENCODERS, ObsNormalizer
 
+#: An LSTM's (h, c), each [B, width].
+Memory = tuple[torch.Tensor, torch.Tensor]
+
 
 class ActorCriticConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
@@ -41,6 +50,9 @@ class ActorCriticConfig(pydantic.BaseModel):
     obs_norm: bool = False
     #: Initial log standard deviation of a Gaussian action head (continuous actions).
     log_std_init: float = 0.0
+    #: Width of an LSTM after the actor's encoder (0: feed-forward). A critic with inputs of
+    #: its own stays feed-forward; a shared encoder shares the LSTM too.
+    lstm: pydantic.NonNegativeInt = 0
 
 
 def mlp(in_dim: int, hidden: list[int], activation: type[nn.Module]) -> tuple[nn.Sequential, int]:
@@ -69,22 +81,48 @@ class ActorCriticNet(nn.Module):
         share = config.share_encoder and self.critic_inputs == self.actor_inputs
         self.critic_encoder = None if share else encoder({k: observation_space[k] for k in self.critic_inputs})
         act = nn.Tanh if config.activation == "tanh" else nn.ReLU
-        self.actor, width = mlp(self.actor_encoder.out_dim, config.hidden, act)
-        critic_in = self.actor_encoder.out_dim if share else self.critic_encoder.out_dim
+        features = self.actor_encoder.out_dim
+        self.memory = nn.LSTM(features, config.lstm) if config.lstm else None
+        if self.memory is not None:
+            features = config.lstm
+        self.actor, width = mlp(features, config.hidden, act)
+        critic_in = features if share else self.critic_encoder.out_dim
         self.critic, critic_width = mlp(critic_in, config.hidden, act)
         self.value_head = nn.Linear(critic_width, 1)
         nn.init.orthogonal_(self.value_head.weight, 1.0)
         nn.init.zeros_(self.value_head.bias)
         self.head = ActionHead(width, action_space, config.log_std_init)
 
-    def forward(self, obs: dict[str, torch.Tensor]) -> tuple[list[torch.distributions.Distribution], torch.Tensor]:
-        """`obs` fields shaped [N, ...]; returns the action distributions and values [N]."""
+    def forward(self, obs: dict[str, torch.Tensor], memory: Memory | None = None,
+                starts: torch.Tensor | None = None) -> tuple[list[torch.distributions.Distribution], torch.Tensor, Memory | None]:
+        """`obs` fields shaped [N, ...]; returns the action distributions, values [N] and the next memory.
+
+        With an LSTM, `memory` is (h, c) [B, width] and either N = B (one step per row) or,
+        when `starts` [T, B] is given, N = T * B rows in time-major order (an unroll).
+        """
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         features = self.actor_encoder({k: obs[k] for k in self.actor_inputs})
+        if self.memory is not None:
+            features, memory = self._remember(features, memory, starts)
         critic_features = features if self.critic_encoder is None else self.critic_encoder(
             {k: obs[k] for k in self.critic_inputs})
-        return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1)
+        return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1), memory
+
+    def _remember(self, x: torch.Tensor, memory: Memory, starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:
+        h, c = memory
+        if starts is None:
+            out, (h, c) = self.memory(x[None], (h[None], c[None]))
+            return out[0], (h[0], c[0])
+        steps, rows = starts.shape
+        x = x.reshape(steps, rows, -1)
+        outs = []
+        for t in range(steps):
+            keep = (~starts[t]).to(x.dtype)[:, None]  # a new episode starts from the zero state
+            out, (h, c) = self.memory(x[t][None], ((h * keep)[None], (c * keep)[None]))
+            h, c = h[0], c[0]
+            outs.append(out[0])
+        return torch.cat(outs), (h, c)
 
 
 class ActorCriticPolicy(Policy):
@@ -107,24 +145,44 @@ class ActorCriticPolicy(Policy):
         return out, shape
 
     def initial_state(self, batch: int) -> NamedArray:
-        return NamedArray()
+        if self.net.memory is None:
+            return NamedArray()
+        zeros = np.zeros((batch, self.config.lstm), np.float32)
+        return NamedArray({"h": zeros, "c": zeros.copy()})
+
+    def _memory(self, state: Mapping[str, Any]) -> Memory | None:
+        if self.net.memory is None:
+            return None
+        return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
 
     @torch.no_grad()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        dists, value = self.net(self._obs(obs, 1)[0])
+        dists, value, memory = self.net(self._obs(obs, 1)[0], self._memory(state))
         action = self.net.head.sample(dists, deterministic)
-        return NamedArray({
+        out = NamedArray({
             keys.ACTION: action.cpu().numpy(),
             keys.LOGPROB: self.net.head.log_prob(dists, action).cpu().numpy(),
             keys.VALUE: value.cpu().numpy(),
         })
+        if memory is not None:
+            out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
+        return out
 
     def analyze(self, batch: Mapping[str, Any]) -> Analysis:
-        """Log-prob of the taken action, entropy and value for rows of any leading shape."""
+        """Log-prob of the taken action, entropy and value for rows of any leading shape.
+
+        With an LSTM the rows are [T, B] (time-major) and `batch` also holds `keys.RNN_STATE`,
+        the state each column's first row started from, and `keys.EPISODE_START` [T, B].
+        """
         action = batch[keys.ACTION]
         lead = action.dim() - len(self.net.head.action_shape)
         obs, shape = self._obs(batch[keys.OBS], lead)
-        dists, value = self.net(obs)
+        if self.net.memory is None:
+            dists, value, _ = self.net(obs)
+        else:
+            if lead != 2:
+                raise ValueError(f"an LSTM policy analyzes [T, B] rows (time-major); got {lead} leading dims")
+            dists, value, _ = self.net(obs, self._memory(batch[keys.RNN_STATE]), batch[keys.EPISODE_START])
         flat_action = action.reshape(-1, *self.net.head.action_shape)
         logprob, entropy = self.net.head.log_prob(dists, flat_action), self.net.head.entropy(dists)
         return Analysis(logprob.reshape(shape), entropy.reshape(shape), value.reshape(shape))

@@ -22,19 +22,18 @@ class ActorWorker(Worker):
                            seed=self.spec.seed + 100_000 * self.spec.index,
                            backend=s["env"].get("backend", "python"), env_config=s["env"])
         self.inference: InferenceClient
-        initial_state = None
+        # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
+        policy = make_policy(s["policy"], *slots[0].spaces)
         if actors["inference"] == "inline":
-            policy = make_policy(s["policy"], *slots[0].spaces)
             params = self.spec.streams["parameters"]
             subscriber = open_subscriber(self.ctx, params.key, params.transport)
             version, weights, _ = subscriber.wait()
             policy.set_params(weights, version)
             self.inference = InlineInference(policy, subscriber)
-            initial_state = policy.initial_state
         else:
             inf = self.spec.streams["inference"]
             self.inference = RemoteInference(self.ctx, inf.key, inf.transport, self.name)
-        self.ring = EnvRing(slots, actors["trajectory_length"], initial_state)
+        self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)
         samples = self.spec.streams["samples"]
         self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
         self.started = time.monotonic()

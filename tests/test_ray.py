@@ -34,14 +34,19 @@ def _ray_cli() -> str:
 
 
 def _cluster_processes(temp_dir: str) -> list[psutil.Process]:
-    found = []
+    """Every process of the test's cluster: those naming its temp dir on their command line or
+    holding a file in it (Ray's agents retitle themselves, e.g. `ray::DashboardAgent`), and
+    all their descendants."""
+    found: dict[int, psutil.Process] = {}
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if any(temp_dir in part for part in process.info["cmdline"] or []):
-                found.append(process)
+            if (any(temp_dir in part for part in process.info["cmdline"] or [])
+                    or any(f.path.startswith(temp_dir) for f in process.open_files())):
+                found[process.pid] = process
+                found.update((child.pid, child) for child in process.children(recursive=True))
         except psutil.Error:
             pass
-    return found
+    return list(found.values())
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 Every agent acts with one *source* of actions, chosen by the prefix of its id:
 
 - `latest`: the run's newest valid checkpoint (the default for every agent);
-- `initial`: the untrained network, built from the config's seed as the trainer builds it;
+- `initial`: the untrained network, initialised from the config's seed;
 - `random`: uniformly random actions;
 - a path to a `ckpt-*.pt` file.
 
@@ -52,7 +52,7 @@ def _policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tupl
 
     if source == "random":
         return make_policy({"type": "random", "args": {"seed": config.get("seed", 0)}}, *spaces), "random"
-    torch.manual_seed(int(config.get("seed", 0)))  # the trainer's own seeding: `initial` is its step 0
+    torch.manual_seed(int(config.get("seed", 0)))  # seeded as the trainer seeds its own network
     policy = make_policy(config["policy"], *spaces)
     if source == "initial":
         return policy, "initial"

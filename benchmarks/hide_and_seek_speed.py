@@ -13,12 +13,14 @@ understates what a free core does.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+from srl.launch.run_dir import write_json_atomic
 
 
 def measure(episodes: int, seed: int = 0, **options) -> dict:
@@ -85,8 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{result['reset_ms']:.2f} ms per reset ({result['reset_cpu_ms']:.2f} processor ms); "
           f"physics {100 * result['physics_share']:.0f}% of a step")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json_atomic(Path(args.json), result)
     return result
 
 

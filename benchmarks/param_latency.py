@@ -13,16 +13,17 @@ where available), as between two nodes.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import secrets
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from srl.data.named_array import NamedArray
+from srl.launch.run_dir import write_json_atomic
 from srl.streams.parameters import open_publisher, open_subscriber
 from srl.workers.base import ContextSpec
 
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
             results.setdefault(transport, {})[str(size)] = latency
             print(f"{transport:>4} {size:>12,} params ({size * 4 / 1e6:8.1f} MB): {latency * 1e3:9.1f} ms", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json_atomic(Path(args.json), results)
     return results
 
 

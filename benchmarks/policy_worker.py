@@ -24,7 +24,6 @@ gets a smaller share of a contended core than one that waits on sockets, so comp
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import secrets
@@ -32,14 +31,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
-from srl.streams.inference import InferenceServer, RemoteInference, serve
+from srl.launch.run_dir import write_json_atomic
 from srl.streams import shm
+from srl.streams.inference import InferenceServer, RemoteInference, serve
 from srl.workers.base import ContextSpec
 
 #: name -> (observation shape, dtype, number of actions, policy args)
@@ -201,8 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
                   flush=True)
     results["load_average_after"] = list(os.getloadavg())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json_atomic(Path(args.json), results)
     return results
 
 

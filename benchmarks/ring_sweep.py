@@ -11,11 +11,12 @@ is answered; with more, other slots step meanwhile.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 
 from srl.api.config import load
 from srl.bench import system_rate
+from srl.launch.run_dir import write_json_atomic
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -36,8 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"ring {size:>2}: {rate:>10,.0f} env steps/s  ({rate / results[args.sizes[0]]:.2f}x ring {args.sizes[0]})",
               flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": args.config, "steps_per_s": results}, f, indent=1)
+        write_json_atomic(Path(args.json), {"config": args.config, "steps_per_s": results})
     return results
 
 

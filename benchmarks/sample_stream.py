@@ -23,18 +23,19 @@ Messages are shaped like real ones, time-major [T + 1, rows, ...] with every sam
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import secrets
 import tempfile
 import time
 from typing import Any
+from pathlib import Path
 
 import numpy as np
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.launch.run_dir import write_json_atomic
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.workers.base import ContextSpec
 
@@ -144,8 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
                       flush=True)
     results["load_average_after"] = list(os.getloadavg())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json_atomic(Path(args.json), results)
     return results
 
 

@@ -27,12 +27,12 @@ terminated (by its Process object) if it does not stop.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
 import time
 from typing import Any
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -40,6 +40,7 @@ import zmq
 
 from srl.data import wire
 from srl.data.named_array import NamedArray
+from srl.launch.run_dir import write_json_atomic
 
 MODES = ("none", "hmac", "curve")
 HWM = 8  # messages queued per socket; bounded so that a slow receiver cannot grow memory
@@ -284,8 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = run(args.size, seconds, warmup, sign_seconds, budget, rounds)
     print(format_table(results), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json_atomic(Path(args.json), results)
     return results
 
 

@@ -78,14 +78,14 @@ def _row_sources(agent_ids: tuple[str, ...], agents: Mapping[str, str]) -> dict[
 
 
 def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Mapping[str, str] | None = None,
-             deterministic: bool = False, seed: int = 10_000, overrides: Mapping[str, Any] | None = None) -> Evaluation:
+             deterministic: bool = False, seed: int = 10_000) -> Evaluation:
     """Play `episodes` episodes over `envs` envs stepped together; returns the mean episode return."""
     import torch
 
     torch.set_num_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)
     config = read_config_file(str(run_dir / "config.yaml"))
-    env_config = {**config["env"], **(overrides or {})}
+    env_config = config["env"]
     made = [make_env(env_config) for _ in range(envs)]
     slot = EnvSlot(made, [seed + j for j in range(envs)], str(env_config.get("id") or env_config["type"]))
     try:
@@ -109,6 +109,7 @@ def _play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndar
     slot.reset_all(obs, alive)
     states = {s: p.initial_state(len(rows_of[s])) for s, p in policies.items()}
     actions = None
+    out = SlotStep(np.zeros(slot.rows, np.float32), np.zeros(slot.rows, bool), np.zeros(slot.rows, bool), alive, obs)
     finished: list[tuple[float, int]] = []
     steps = 0
     while len(finished) < episodes:
@@ -119,9 +120,8 @@ def _play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndar
                 actions = np.zeros((slot.rows, *reply[keys.ACTION].shape[1:]), reply[keys.ACTION].dtype)
             actions[rows] = reply[keys.ACTION]
             states[source] = reply[keys.RNN_STATE] if keys.RNN_STATE in reply else states[source]
-        out = SlotStep(np.zeros(slot.rows, np.float32), np.zeros(slot.rows, bool), np.zeros(slot.rows, bool),
-                       alive, obs)
-        finished.extend(slot.step(actions, out))
+        out.reset_rows.clear()
+        finished.extend(slot.step(actions, out))  # writes the next observations into `obs`
         steps += slot.n_envs
         if out.reset_rows:
             reset = set(out.reset_rows)

@@ -81,10 +81,8 @@ class ActorCriticNet(nn.Module):
         share = config.share_encoder and self.critic_inputs == self.actor_inputs
         self.critic_encoder = None if share else encoder({k: observation_space[k] for k in self.critic_inputs})
         act = nn.Tanh if config.activation == "tanh" else nn.ReLU
-        features = self.actor_encoder.out_dim
-        self.memory = nn.LSTM(features, config.lstm) if config.lstm else None
-        if self.memory is not None:
-            features = config.lstm
+        self.memory = nn.LSTM(self.actor_encoder.out_dim, config.lstm) if config.lstm else None
+        features = config.lstm or self.actor_encoder.out_dim
         self.actor, width = mlp(features, config.hidden, act)
         critic_in = features if share else self.critic_encoder.out_dim
         self.critic, critic_width = mlp(critic_in, config.hidden, act)
@@ -111,9 +109,8 @@ class ActorCriticNet(nn.Module):
 
     def _remember(self, x: torch.Tensor, memory: Memory, starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:
         h, c = memory
-        if starts is None:
-            out, (h, c) = self.memory(x[None], (h[None], c[None]))
-            return out[0], (h[0], c[0])
+        if starts is None:  # acting: one step per row
+            starts = torch.zeros((1, x.shape[0]), dtype=torch.bool, device=x.device)
         steps, rows = starts.shape
         x = x.reshape(steps, rows, -1)
         outs = []

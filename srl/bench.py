@@ -3,7 +3,8 @@
 Five measurements, one after the other, each on the same N cores (N processes, one torch
 thread each, rates summed):
 
-* E — env steps/s of the experiment's env with random actions (no policy);
+* E — env steps/s of the experiment's env with random actions (no policy; a Gymnasium env
+  stepped by Gymnasium itself, without SRL's adapter);
 * I — samples/s of the policy's forward pass alone on recorded observations, at the batch
   size the policy workers (or inline actors) actually reach;
 * L — env steps/s the algorithm's training step absorbs, fed from an in-memory batch;
@@ -38,6 +39,7 @@ STARTUP_ALLOWANCE_S = 4.0
 
 # ------------------------------------------------------------------------ isolated parts
 def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, queue: Any) -> None:
+    from srl.envs.gym import GymEnv
     from srl.workers.components import make_env
 
     made = [make_env(env_section) for _ in range(envs)]
@@ -47,11 +49,18 @@ def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int,
     agents = made[0].agent_ids
     space = made[0].action_space(agents[0])
     space.seed(seed)
+    if all(type(env) is GymEnv for env in made):
+        # A Gymnasium env is timed as Gymnasium steps it: SRL's adapter is the system's cost.
+        def step(env: Any) -> bool:
+            _, _, terminated, truncated, _ = env.env.step(space.sample())
+            return terminated or truncated
+    else:
+        def step(env: Any) -> bool:
+            return all(s.done for s in env.step({a: space.sample() for a in agents}).values())
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for env in made:
-            result = env.step({a: space.sample() for a in agents})
-            if all(s.done for s in result.values()):
+            if step(env):
                 env.reset(seed=int(rng.integers(1 << 30)))
         steps += len(made)
     queue.put(steps / (time.perf_counter() - start))

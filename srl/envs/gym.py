@@ -31,8 +31,9 @@ class GymEnv(Env):
     def __init__(self, id: str, **kwargs: Any) -> None:
         self.env = make_gym(id, **kwargs)
         space = self.env.observation_space
-        self._dict_obs = isinstance(space, gym.spaces.Dict)
-        self._obs_space = space if self._dict_obs else gym.spaces.Dict({keys.OBS: space})
+        #: The Gymnasium env's observations are dicts already (else they become {"obs": x}).
+        self.dict_obs = isinstance(space, gym.spaces.Dict)
+        self._obs_space = space if self.dict_obs else gym.spaces.Dict({keys.OBS: space})
 
     def observation_space(self, agent: str) -> gym.spaces.Dict:
         return self._obs_space
@@ -40,24 +41,29 @@ class GymEnv(Env):
     def action_space(self, agent: str) -> gym.Space:
         return self.env.action_space
 
-    def _obs(self, obs: Any) -> dict[str, np.ndarray]:
-        return dict(obs) if self._dict_obs else {keys.OBS: obs}
+    def srl_obs(self, obs: Any) -> dict[str, np.ndarray]:
+        """A Gymnasium observation as an SRL observation dict."""
+        return dict(obs) if self.dict_obs else {keys.OBS: obs}
+
+    def gym_actions(self, actions: np.ndarray) -> list[Any]:
+        """Policy actions [rows, ...] as the Gymnasium env takes them, one per row."""
+        space = self.env.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            return actions.reshape(len(actions)).tolist()
+        if isinstance(space, gym.spaces.Box):
+            # A Gaussian policy samples past the bounds; clip here, at the env boundary, so the
+            # trainer still sees (and computes log-probs of) the action it actually sampled.
+            return list(np.clip(actions, space.low, space.high))
+        return list(actions)
 
     def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
         obs, info = self.env.reset(seed=seed)
-        return {AGENT: AgentStep(self._obs(obs), info=info)}
+        return {AGENT: AgentStep(self.srl_obs(obs), info=info)}
 
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
-        action = actions[AGENT]
-        space = self.env.action_space
-        if isinstance(space, gym.spaces.Discrete):
-            action = int(action)
-        elif isinstance(space, gym.spaces.Box):
-            # A Gaussian policy samples past the bounds; clip here, at the env boundary, so the
-            # trainer still sees (and computes log-probs of) the action it actually sampled.
-            action = np.clip(action, space.low, space.high)
+        [action] = self.gym_actions(np.asarray(actions[AGENT])[None])
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return {AGENT: AgentStep(self._obs(obs), float(reward), bool(terminated), bool(truncated), info)}
+        return {AGENT: AgentStep(self.srl_obs(obs), float(reward), bool(terminated), bool(truncated), info)}
 
     def close(self) -> None:
         self.env.close()

@@ -26,7 +26,7 @@ from torch import nn
 from srl.api.policy import Analysis, Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.models.distributions import ActionHead
+from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, ObsNormalizer
 
 #: An LSTM's (h, c), each [B, width].
@@ -92,7 +92,7 @@ class ActorCriticNet(nn.Module):
         self.head = ActionHead(width, action_space, config.log_std_init)
 
     def forward(self, obs: dict[str, torch.Tensor], memory: Memory | None = None,
-                starts: torch.Tensor | None = None) -> tuple[list[torch.distributions.Distribution], torch.Tensor, Memory | None]:
+                starts: torch.Tensor | None = None) -> tuple[list[Distribution], torch.Tensor, Memory | None]:
         """`obs` fields shaped [N, ...]; returns the action distributions, values [N] and the next memory.
 
         With an LSTM, `memory` is (h, c) [B, width] and either N = B (one step per row) or,

@@ -6,7 +6,35 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Normal
+from torch.distributions import Normal
+
+
+class Categorical:
+    """A categorical over the last dim, given logits.
+
+    Not `torch.distributions.Categorical`: its construction and sampling cost about 25 µs per
+    call (33 µs against 9 µs here for a batch of 16), as much as the 64-64 MLP's forward pass.
+    Sampling is Gumbel-max: argmax(log p - log E), E ~ Exp(1).
+    """
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logp = torch.log_softmax(logits, -1)
+
+    def sample(self) -> torch.Tensor:
+        return torch.argmax(self.logp - torch.empty_like(self.logp).exponential_().log(), -1)
+
+    def mode(self) -> torch.Tensor:
+        return self.logp.argmax(-1)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return self.logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logp.exp() * self.logp).sum(-1)
+
+
+#: What a head returns per action dim.
+Distribution = Categorical | Normal
 
 
 class ActionHead(nn.Module):
@@ -39,23 +67,25 @@ class ActionHead(nn.Module):
     def action_dtype(self) -> np.dtype:
         return np.dtype(np.float32) if not self.nvec else np.dtype(np.int64)
 
-    def forward(self, features: torch.Tensor) -> list[torch.distributions.Distribution]:
+    def forward(self, features: torch.Tensor) -> list[Distribution]:
         out = self.linear(features)
         if not self.nvec:
+            # validate_args=False: the checks cost more than the network for small batches.
             return [Normal(out, self.log_std.exp().expand_as(out), validate_args=False)]
-        # validate_args=False: the checks cost more than the network for small batches.
-        return [Categorical(logits=logits, validate_args=False) for logits in out.split(self.nvec, dim=-1)]
+        if len(self.nvec) == 1:
+            return [Categorical(out)]
+        return [Categorical(logits) for logits in out.split(self.nvec, dim=-1)]
 
-    def sample(self, dists: list[torch.distributions.Distribution], deterministic: bool) -> torch.Tensor:
+    def sample(self, dists: list[Distribution], deterministic: bool) -> torch.Tensor:
         if not self.nvec:
             action = dists[0].mean if deterministic else dists[0].sample()
             return action.reshape(*action.shape[:-1], *self.action_shape)
-        parts = [d.probs.argmax(-1) if deterministic else d.sample() for d in dists]
+        parts = [d.mode() if deterministic else d.sample() for d in dists]
         if isinstance(self.space, gym.spaces.Discrete):
             return parts[0]
         return torch.stack(parts, -1).reshape(*parts[0].shape, *self.action_shape)
 
-    def log_prob(self, dists: list[torch.distributions.Distribution], action: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, dists: list[Distribution], action: torch.Tensor) -> torch.Tensor:
         if not self.nvec:
             flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
             return dists[0].log_prob(flat).sum(-1)
@@ -64,7 +94,7 @@ class ActionHead(nn.Module):
         flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
         return sum(d.log_prob(flat[..., i]) for i, d in enumerate(dists))
 
-    def entropy(self, dists: list[torch.distributions.Distribution]) -> torch.Tensor:
+    def entropy(self, dists: list[Distribution]) -> torch.Tensor:
         if not self.nvec:
             return dists[0].entropy().sum(-1)
         return sum(d.entropy() for d in dists)

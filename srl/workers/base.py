@@ -52,6 +52,9 @@ class ShippedLog(logging.Handler):
 SHIPPED_LOG = ShippedLog()
 
 CONTROL_KEY = "control"
+#: Seconds between looks at the control socket. The run loop asks after every poll (thousands
+#: of times a second for a fast env); a stop command waits at most this long.
+CONTROL_CHECK_S = 0.02
 
 
 @dataclass
@@ -121,6 +124,10 @@ class Worker(ABC):
         self._stopping = False
         self._control: LinkClient | None = None
         self._last_heartbeat = 0.0
+        self._last_check = 0.0
+        self._beater: threading.Thread | None = None
+        self._busy = threading.Event()
+        self._control_lock = threading.Lock()
         self._last_ack = time.monotonic()
         #: When the oldest heartbeat still unanswered was sent: a worker busy in one long
         #: `poll()` (a CNN training step) sent nothing, so the controller owed it no answer.
@@ -158,6 +165,9 @@ class Worker(ABC):
     def heartbeat(self, force: bool = False) -> bool:
         """Send a heartbeat if one is due and read the controller's answers. False once stopping."""
         now = time.monotonic()
+        if not force and now - self._last_check < CONTROL_CHECK_S:
+            return not self._stopping
+        self._last_check = now
         assert self._control is not None
         while (answer := self._control.recv(0)) is not None:
             self._last_ack = now
@@ -183,21 +193,27 @@ class Worker(ABC):
         """Keep heartbeating from a helper thread while the body runs one long computation.
 
         The control socket changes hands for the duration: the body must not touch it (a
-        training step doesn't), so the two threads never use it at the same time.
+        training step doesn't), and the helper touches it only under the lock that ends the
+        body, so the two threads never use it at the same time. The helper lives as long as
+        the worker (a trainer enters `busy` for every step, tens of times a second).
         """
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(self.spec.heartbeat_s):
-                self.heartbeat(force=True)
-
-        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
-        thread.start()
+        if self._beater is None:
+            self._beater = threading.Thread(target=self._beat_while_busy, name="heartbeat", daemon=True)
+            self._beater.start()
+        self._busy.set()
         try:
             yield
         finally:
-            done.set()
-            thread.join()
+            with self._control_lock:
+                self._busy.clear()
+
+    def _beat_while_busy(self) -> None:
+        while True:
+            self._busy.wait()
+            time.sleep(self.spec.heartbeat_s)
+            with self._control_lock:
+                if self._busy.is_set():
+                    self.heartbeat(force=True)
 
     def _controller_alive(self) -> bool:
         if self.spec.controller_pid is None:

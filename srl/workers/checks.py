@@ -43,12 +43,14 @@ def non_finite_rows(arrays: dict[str, np.ndarray], reward: np.ndarray) -> dict[i
     """{row: field} for rows holding NaN or infinity in a float observation field or the reward."""
     bad: dict[int, str] = {}
     for field, values in arrays.items():
-        if np.issubdtype(values.dtype, np.floating):
+        # One reduction per field on the common path; rows are located only when one is bad.
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
             flat = values.reshape(len(values), -1)
             for row in np.flatnonzero(~np.isfinite(flat).all(axis=1)):
                 bad.setdefault(int(row), field)
-    for row in np.flatnonzero(~np.isfinite(reward)):
-        bad.setdefault(int(row), "reward")
+    if not np.isfinite(reward).all():
+        for row in np.flatnonzero(~np.isfinite(reward)):
+            bad.setdefault(int(row), "reward")
     return bad
 
 
@@ -56,6 +58,9 @@ def check_actions(env_name: str, space: gym.Space, actions: np.ndarray) -> None:
     """Discrete and MultiDiscrete actions must be in range (Box actions are clipped instead)."""
     if isinstance(space, gym.spaces.Discrete):
         low, high = int(space.start), int(space.start + space.n - 1)
+        # Two reductions on the common path (comparing with Python ints costs more than this).
+        if actions.size == 0 or (low <= actions.min() and actions.max() <= high):
+            return
     elif isinstance(space, gym.spaces.MultiDiscrete):
         low, high = 0, np.asarray(space.nvec) - 1
     else:

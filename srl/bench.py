@@ -9,7 +9,8 @@ thread each, rates summed):
   size the policy workers (or inline actors) actually reach;
 * L — env steps/s the algorithm's training step absorbs, fed from an in-memory batch;
 * S — the real system sampling (actors + policy workers; the trainer runs the no-op algorithm);
-* T — the real training run.
+* T — the real training run, counting the env steps the trainers learned from (samples
+  dropped as too stale are not throughput).
 
 Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
@@ -177,7 +178,10 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
     if len(steady) < 2:
         steady = flowing
     first, last = steady[0], steady[-1]
-    rate = (last["env_steps"] - first["env_steps"]) / max(last["time_s"] - first["time_s"], 1e-9)
+    # Training counts the env steps the trainers learned from: samples dropped as too stale
+    # were work wasted, not throughput.
+    counted = "env_steps" if sampling_only else "trained_steps"
+    rate = (last[counted] - first[counted]) / max(last["time_s"] - first["time_s"], 1e-9)
     return rate, status
 
 

@@ -1,4 +1,8 @@
-"""An algorithm that learns nothing: a fake for tests and for measuring the system alone."""
+"""An algorithm that learns nothing: a fake for tests and for measuring the system alone.
+
+The parameters never change, so the version stays put and nothing is re-published: the
+sampling measurement of `srl bench` pays only for draining the sample stream.
+"""
 
 from __future__ import annotations
 
@@ -22,5 +26,4 @@ class NoopAlgorithm(Algorithm):
     def step(self, batch: NamedArray) -> dict[str, float]:
         if self.config.step_sleep_s:
             time.sleep(self.config.step_sleep_s)
-        self.policy.version += 1
         return {"rows": float(batch[keys.REWARD][:-1].size)}

@@ -63,6 +63,7 @@ class WorkerState:
                 "endpoints": self.endpoints, "dropped": self.stats.get("dropped", 0),
                 "mean_batch": self.stats.get("mean_batch"), "restart_latency_s": self.restart_latency_s,
                 "param_digest": self.stats.get("param_digest"), "policy_version": self.stats.get("policy_version"),
+                "trained_steps": self.stats.get("trained_steps"),
                 "streams": {k: v.transport for k, v in self.spec.streams.items()}}
 
 
@@ -115,6 +116,14 @@ class Controller:
     def env_steps(self) -> int:
         live = sum(w.stats.get("env_steps", 0) for w in self.workers.values() if w.spec.kind == "actor")
         return self.env_steps_at_start + self.finished_env_steps + live
+
+    @property
+    def trained_steps(self) -> int:
+        """Env steps the trainers learned from; data-parallel trainers each count their own."""
+        return sum(t.get("trained_steps", 0) for t in self._trainer_stats())
+
+    def _trainer_stats(self) -> list[dict[str, Any]]:
+        return [w.stats for w in self.workers.values() if w.spec.kind == "trainer"]
 
     @property
     def policy_version(self) -> int:
@@ -302,11 +311,12 @@ class Controller:
     def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
         steps = self.env_steps
         fps = (steps - last[1]) / max(now - last[0], 1e-9)
-        trainer = next((w.stats for w in self.workers.values() if w.spec.kind == "trainer"), {})
+        trainers = self._trainer_stats()
         record = {"time_s": round(now - self.started, 3), "env_steps": steps, "fps": round(fps, 1),
                   "episode_return_mean": self.return_mean, "episodes": len(self.returns),
-                  "policy_version": self.policy_version, "trained_steps": trainer.get("trained_steps", 0),
-                  "dropped_stale": trainer.get("dropped_stale", 0), "train": trainer.get("train", {})}
+                  "policy_version": self.policy_version, "trained_steps": self.trained_steps,
+                  "dropped_stale": sum(t.get("dropped_stale", 0) for t in trainers),
+                  "train": trainers[0].get("train", {}) if trainers else {}}
         self.run_dir.log_metrics(record)
         self._progress.show(record)
         self._write_status("running" if not self.stop_reason else "stopping", now)
@@ -358,7 +368,8 @@ class Controller:
         self.summary = {"env_steps": self.env_steps, "episode_return_mean": self.return_mean,
                         "wall_time_s": round(wall, 3),
                         "fps": round((self.env_steps - self.env_steps_at_start) / max(wall, 1e-9), 1),
-                        "policy_version": self.policy_version, "stop_reason": self.stop_reason,
+                        "policy_version": self.policy_version, "trained_steps": self.trained_steps,
+                        "stop_reason": self.stop_reason,
                         "episodes": len(self.returns)}
         failed = [w for w in self.workers.values() if w.error]
         if failed:

@@ -7,8 +7,9 @@ from that (through `choose_transport`) which transport each stream uses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from srl.api.config import ExperimentConfig
+from srl.api.config import SAMPLER_NICE, ExperimentConfig, Placement
 from srl.streams.link import Transport
 from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
 
@@ -59,13 +60,13 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
                       "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
             streams={"samples": samples[i], "parameters": parameters_of[name],
                      **({"parameters_net": parameters_net} if parameters_net else {})},
-            control=control, run_dir=run_dir, placement=c.trainers.placement.model_dump()))
+            control=control, run_dir=run_dir, placement=_placement(c.trainers.placement, nice=0)))
     for i, name in enumerate(policies):
         specs.append(WorkerSpec(
             name, "policy", i, c.seed,
             settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
             streams={"inference": inference[i], "parameters": parameters_of[name]},
-            control=control, run_dir=run_dir, placement=c.policy_workers.placement.model_dump()))
+            control=control, run_dir=run_dir, placement=_placement(c.policy_workers.placement, SAMPLER_NICE)))
     for i, name in enumerate(actors):
         streams = {"samples": samples[trainer_of[name]]}
         if remote:
@@ -76,13 +77,19 @@ def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str],
             name, "actor", i, c.seed,
             settings={"env": env, "policy": policy, "actors": c.actors.model_dump(),
                       "sample_slots": c.streams.sample_slots},
-            streams=streams, control=control, run_dir=run_dir, placement=c.actors.placement.model_dump()))
+            streams=streams, control=control, run_dir=run_dir,
+            placement=_placement(c.actors.placement, SAMPLER_NICE)))
     for k, (host, near) in enumerate(relays.items()):
         specs.append(WorkerSpec(
             f"relay.{k}", "relay", k, c.seed, settings={},
             streams={"source": parameters_net, "sink": parameters_of[near]},
             control=control, run_dir=run_dir, placement={"near": near, "num_cpus": 0.1}))
     return specs
+
+
+def _placement(placement: Placement, nice: int) -> dict[str, Any]:
+    """The group's placement with its `nice` resolved (unset: the group's default)."""
+    return {**placement.model_dump(), "nice": nice if placement.nice is None else placement.nice}
 
 
 def _parameter_routes(forced: str, publisher: str, readers: list[str], host_of: Callable[[str], str]

@@ -1,7 +1,7 @@
 """Data-parallel trainers: several trainers, one model, kept identical with torch.distributed.
 
 Each trainer consumes its own share of the sample stream. They start from rank 0's
-weights, average gradients during every backward pass (gloo on CPU, NCCL on GPU), and
+weights, average gradients after every backward pass (gloo on CPU, NCCL on GPU), and
 average the policy's running statistics after each update, so every step leaves all
 copies identical. Only rank 0 publishes parameters and writes checkpoints. Rendezvous
 goes through the run's name service: rank 0 registers where it listens.
@@ -40,18 +40,34 @@ class DataParallel:
                                 timeout=datetime.timedelta(seconds=timeout_s))
 
     def attach(self, module: nn.Module) -> None:
-        """Start from rank 0's weights; average every gradient as backward computes it."""
+        """Start from rank 0's weights; average the gradients at the end of every backward pass."""
         with torch.no_grad():
             for tensor in module.state_dict().values():
                 dist.broadcast(tensor, 0)
-        for parameter in module.parameters():
-            if parameter.requires_grad:
-                parameter.register_hook(self._average)
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._queued = False
+        for parameter in self._params:
+            parameter.register_post_accumulate_grad_hook(self._on_grad)
 
-    def _average(self, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad / self.world_size
+    def _on_grad(self, _parameter: torch.Tensor) -> None:
+        # The first gradient of a backward pass queues one averaging for its end: one
+        # all-reduce of all gradients together, not one per tensor (each a round trip that,
+        # on shared cores, can wait a scheduler time slice for the peer).
+        if not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._average_all)
+
+    @torch.no_grad()
+    def _average_all(self) -> None:
+        self._queued = False
+        # A parameter the loss did not reach contributes zeros, so every rank sends the same shape.
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self._params])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for p in self._params:
+            p.grad = flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
 
     @torch.no_grad()
     def sync_buffers(self, module: nn.Module) -> None:

@@ -72,6 +72,8 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     # One intra-op thread per worker: workers already fill the cores, and idle OpenMP
     # threads spinning beside them cost more than any parallel speed-up of small ops.
     torch.set_num_threads(1)
+    if spec.placement.get("nice"):
+        os.nice(spec.placement["nice"])
     worker = WORKER_KINDS[spec.kind](spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())

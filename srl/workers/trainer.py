@@ -57,6 +57,7 @@ class TrainerWorker(Worker):
             # Publish before building the algorithm: the first optimiser import takes most of
             # a second, and the actors can sample meanwhile.
             self.publisher.publish(self.policy.version, self.policy.get_params())
+        self.published_version = self.policy.version
         self.algorithm = make_algorithm(s["algorithm"], self.policy)
         if state is not None:
             self.algorithm.load_state_dict(state["algorithm"])
@@ -105,8 +106,9 @@ class TrainerWorker(Worker):
             self.ddp.sync_buffers(self.policy.net)
         self.train_time += time.monotonic() - start
         self.trained_steps += batch[keys.REWARD][:-1].size
-        if self.publisher is not None:
+        if self.publisher is not None and self.policy.version != self.published_version:
             self.publisher.publish(self.policy.version, self.policy.get_params())
+            self.published_version = self.policy.version
 
     def save_checkpoint(self) -> None:
         env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)

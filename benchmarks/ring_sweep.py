@@ -4,7 +4,7 @@ Sampling only (the trainer runs the no-op algorithm). The speed-up over ring siz
 how much inference latency the ring hides: with one slot the actor idles while its request
 is answered; with more, other slots step meanwhile.
 
-    python benchmarks/ring_sweep.py pong-ppo --seconds 20
+    python benchmarks/ring_sweep.py pong-ppo actors.count=1 --seconds 20   # one actor: the ring alone overlaps
     python benchmarks/ring_sweep.py cartpole-ppo --seconds 2 --sizes 1 2   # smoke
 """
 

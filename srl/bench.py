@@ -14,10 +14,15 @@ thread each, rates summed):
 
 Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
+
+limit_T assumes the learning spreads over all N cores. A run's trainer group is
+`trainers.count` processes of one thread each, so it also reports the limit with the
+configured trainers, min(limit_T, min(count, N) * L / N), and T's efficiency against it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -50,14 +55,17 @@ def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int,
     agents = made[0].agent_ids
     space = made[0].action_space(agents[0])
     space.seed(seed)
+    # Random actions drawn beforehand: drawing one (a Box sample) can cost a quarter of a
+    # MuJoCo step, and E is the env's speed, not the sampler's.
+    actions = itertools.cycle([space.sample() for _ in range(4096)])
     if all(type(env) is GymEnv for env in made):
         # A Gymnasium env is timed as Gymnasium steps it: SRL's adapter is the system's cost.
         def step(env: Any) -> bool:
-            _, _, terminated, truncated, _ = env.env.step(space.sample())
+            _, _, terminated, truncated, _ = env.env.step(next(actions))
             return terminated or truncated
     else:
         def step(env: Any) -> bool:
-            return all(s.done for s in env.step({a: space.sample() for a in agents}).values())
+            return all(s.done for s in env.step({a: next(actions) for a in agents}).values())
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for env in made:
@@ -177,10 +185,18 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
     steady = [r for r in flowing if r["time_s"] >= flowing[0]["time_s"] + WARMUP_S]
     if len(steady) < 2:
         steady = flowing
+    if not sampling_only:
+        # Training counts the env steps the trainers learned from (samples dropped as too stale
+        # were work wasted, not throughput). They grow a batch at a time, so the rate is taken
+        # between the first and the last report that saw a new batch.
+        changes = [r for a, r in zip(steady, steady[1:]) if r["trained_steps"] > a["trained_steps"]]
+        if len(changes) < 2:
+            raise RuntimeError(f"the training run finished fewer than 3 batches in {seconds:.0f} s; "
+                               "give it more time (--seconds)")
+        steady, counted = changes, "trained_steps"
+    else:
+        counted = "env_steps"
     first, last = steady[0], steady[-1]
-    # Training counts the env steps the trainers learned from: samples dropped as too stale
-    # were work wasted, not throughput.
-    counted = "env_steps" if sampling_only else "trained_steps"
     rate = (last[counted] - first[counted]) / max(last["time_s"] - first["time_s"], 1e-9)
     return rate, status
 
@@ -224,9 +240,15 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
     batch = _reached_batch(config, sampling_status)
     I = _parallel(_inference_rate, lambda i: (data, batch, seconds), cores)
     L = _parallel(_learner_rate, lambda i: (data, seconds), cores)
-    T, _ = system_rate(data, seconds, sampling_only=False)
+    # Long enough for about ten training steps of one trainer, however slow its learner.
+    batch_seconds = config.trainers.batch_steps / (L / cores)
+    T, _ = system_rate(data, max(seconds, 10 * batch_seconds), sampling_only=False)
     limit_s = 1.0 / (1.0 / E + 1.0 / I)
     limit_t = 1.0 / (1.0 / E + 1.0 / I + 1.0 / L)
+    # L is N learner processes; a run's trainers are `trainers.count` processes, each at most
+    # one core's worth of it. When they are the bottleneck, T cannot pass that either.
+    trainer_limit = min(config.trainers.count, cores) * L / cores
+    limit_configured = min(limit_t, trainer_limit)
     return {
         "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,
         "frame_skip": frame_skip_of(config),
@@ -234,6 +256,8 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
         "sampling_steps_per_s": S, "training_steps_per_s": T,
         "sampling_limit": limit_s, "training_limit": limit_t,
         "sampling_efficiency": S / limit_s, "training_efficiency": T / limit_t,
+        "trainers": config.trainers.count, "trainer_limit": trainer_limit,
+        "training_limit_configured": limit_configured, "training_efficiency_configured": T / limit_configured,
     }
 
 
@@ -254,6 +278,12 @@ def print_table(result: dict[str, Any]) -> None:
     for label, key in rows:
         cells = [label, f"{result[key]:,.0f}"] + ([f"{result[key] * skip:,.0f}"] if skip > 1 else [])
         table.add_row(*cells)
-    table.add_row("sampling efficiency S/limit_S", f"{result['sampling_efficiency']:.2f}", *([""] if skip > 1 else []))
-    table.add_row("training efficiency T/limit_T", f"{result['training_efficiency']:.2f}", *([""] if skip > 1 else []))
+    n = result["trainers"]
+    rows = [(f"limit with {n} trainer(s) = min(limit_T, {n}·L/{result['cores']})", "training_limit_configured")]
+    for label, key in rows:
+        table.add_row(label, f"{result[key]:,.0f}", *([f"{result[key] * skip:,.0f}"] if skip > 1 else []))
+    for label, key in (("sampling efficiency S/limit_S", "sampling_efficiency"),
+                       ("training efficiency T/limit_T", "training_efficiency"),
+                       (f"training efficiency, {n} trainer(s)", "training_efficiency_configured")):
+        table.add_row(label, f"{result[key]:.2f}", *([""] if skip > 1 else []))
     Console(width=120).print(table)

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # SRL vs Stable-Baselines3 PPO and Sample Factory APPO on CartPole-v1, side by side in one sitting.
 #
-# Each round runs `srl train cartpole-ppo`, then benchmarks/peers/sb3_ppo.py, then
-# benchmarks/peers/sf_appo.py, one after the other, each until the mean return of the last 100
-# episodes reaches 475. Each is timed from the shell (date +%s.%N around the whole command:
-# start-up, imports and shutdown included), then a table of wall time to 475 and steps/s per
-# round, medians and ratios is printed.
+# Each round runs, one after the other, each until the mean return of the last 100 episodes
+# reaches 475:
+#   1. `srl train cartpole-ppo` as shipped;
+#   2. SRL with SB3's update shape (8 envs: 2 actors x 4, rollouts of 128, batch 1024,
+#      minibatches of 256, 4 epochs), then benchmarks/peers/sb3_ppo.py;
+#   3. SRL with Sample Factory's update shape (32 envs: 2 actors x 16, rollouts of 32,
+#      batch 512, one minibatch, 1 epoch), then benchmarks/peers/sf_appo.py.
+# Each is timed from the shell (date +%s.%N around the whole command: start-up, imports and
+# shutdown included), then a table of wall time to 475 and steps/s per round, medians and
+# ratios (each peer against SRL in its shape, and against SRL as shipped) is printed.
 #
 #   source .venv/bin/activate                        # the srl on PATH is the one measured
 #   bash benchmarks/peers/cartpole_side_by_side.sh [ROUNDS]   # default 3
@@ -77,32 +82,52 @@ print(json.dumps({"round": int(rnd), "lib": lib, "wall_s": float(t1) - float(t0)
 PY
 }
 
-for round in $(seq 1 "$ROUNDS"); do
-    # --- SRL -------------------------------------------------------------------------------
-    run_dir="$WORK/srl-$round"
-    echo "round $round/$ROUNDS: srl train cartpole-ppo ..." >&2
+# The update shapes of the peers' settings (see sb3_ppo.py and sf_appo.py).
+SB3_SHAPE=(actors.count=2 actors.envs_per_slot=4 actors.trajectory_length=128 trainers.batch_steps=1024
+           algorithm.args.minibatches=4 algorithm.args.epochs=4)
+SF_SHAPE=(actors.count=2 actors.envs_per_slot=16 actors.trajectory_length=32 trainers.batch_steps=512
+          algorithm.args.minibatches=1 algorithm.args.epochs=1)
+
+# run_srl LIB [OVERRIDES...]: one `srl train cartpole-ppo` to the target, appended to $RESULTS.
+run_srl() {
+    local lib="$1" run_dir="$WORK/$1-$round" t0 t1 rc=0
+    shift
+    echo "round $round/$ROUNDS: srl train cartpole-ppo $* ..." >&2
     t0="$(now)"
-    rc=0
     srl train cartpole-ppo --run-dir "$run_dir" log.progress=false log.tensorboard=false \
-        > "$WORK/srl-$round.log" 2>&1 || rc=$?
+        log.report_interval_s=0.25 "$@" > "$WORK/$lib-$round.log" 2>&1 || rc=$?
     t1="$(now)"
     if [ "$rc" -ne 0 ] || [ ! -f "$run_dir/summary.json" ]; then
-        echo "  srl failed (exit $rc); last lines of its output:" >&2
-        tail -n 20 "$WORK/srl-$round.log" >&2
+        echo "  $lib failed (exit $rc); last lines of its output:" >&2
+        tail -n 20 "$WORK/$lib-$round.log" >&2
         fail=1
     fi
-    "$SB3_PY" - "$round" "$t0" "$t1" "$rc" "$run_dir/summary.json" >> "$RESULTS" <<'PY'
+    "$SB3_PY" - "$lib" "$round" "$t0" "$t1" "$rc" "$run_dir" >> "$RESULTS" <<'PY'
 import json, os, sys
-rnd, t0, t1, rc, path = sys.argv[1:]
+lib, rnd, t0, t1, rc, run_dir = sys.argv[1:]
+path = os.path.join(run_dir, "summary.json")
 s = json.load(open(path)) if os.path.exists(path) else {}
-print(json.dumps({"round": int(rnd), "lib": "srl", "wall_s": float(t1) - float(t0), "rc": int(rc),
-                  "env_steps": s.get("env_steps"), "steps_per_s": s.get("fps"),
+# Steady steps/s, as the peers count theirs: env steps from the first report that saw any
+# (worker start-up excluded) to the end of the run.
+rate = None
+if s:
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    first = next((r for r in records if r["env_steps"] > 0), None)
+    if first is not None and s["wall_time_s"] > first["time_s"]:
+        rate = (s["env_steps"] - first["env_steps"]) / (s["wall_time_s"] - first["time_s"])
+print(json.dumps({"round": int(rnd), "lib": lib, "wall_s": float(t1) - float(t0), "rc": int(rc),
+                  "env_steps": s.get("env_steps"), "steps_per_s": rate,
                   "inner_s": s.get("wall_time_s"), "return": s.get("episode_return_mean"),
                   "reached": str(s.get("stop_reason", "")).startswith("episode_return_mean")}))
 PY
     rm -rf "$run_dir"
+}
 
+for round in $(seq 1 "$ROUNDS"); do
+    run_srl srl
+    run_srl srl-sb3 "${SB3_SHAPE[@]}"
     run_peer sb3 "$SB3_PY" sb3_ppo.py
+    run_srl srl-sf "${SF_SHAPE[@]}"
     run_peer sf "$SF_PY" sf_appo.py
 done
 
@@ -111,7 +136,10 @@ import json, statistics, sys
 
 rows = [json.loads(line) for line in open(sys.argv[1])]
 target = sys.argv[2]
-LIBS = {"srl": "SRL", "sb3": "SB3", "sf": "SF"}
+LIBS = {"srl": "SRL (cartpole-ppo)", "srl-sb3": "SRL, SB3's shape", "sb3": "SB3 PPO",
+        "srl-sf": "SRL, SF's shape", "sf": "SF APPO"}
+#: Each peer, and the SRL run in its update shape.
+PAIRS = {"sb3": "srl-sb3", "sf": "srl-sf"}
 by = {(r["round"], r["lib"]): r for r in rows}
 rounds = sorted({r["round"] for r in rows})
 
@@ -124,27 +152,12 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
-def ratio(a, b):
-    return a / b if a and b else None
-
-
-# One line per library and round; a peer's line also holds SRL's lead over it (> 1: SRL ahead).
-widths = (6, 4, 9, 11, 9, 13, 16)
-header = ("round", "lib", "wall", "steps/s", "steps", "peer/SRL wall", "SRL/peer steps/s")
+widths = (6, 19, 9, 11, 9)
+header = ("round", "run", "wall", "steps/s", "steps")
 
 
 def line(cells):
     print(" ".join(format(str(c), f">{w}") for c, w in zip(cells, widths)).rstrip())
-
-
-def lead(lib, srl, peer):
-    """peer/SRL wall and SRL/peer steps/s: blank on SRL's own line, "-" where a side is missing."""
-    if lib == "srl":
-        return ["", ""]
-    if srl is None or peer is None:
-        return ["-", "-"]
-    return [fmt(ratio(peer["wall_s"], srl["wall_s"]), ".2f"),
-            fmt(ratio(srl["steps_per_s"], peer["steps_per_s"]), ".2f")]
 
 
 print(f"\nCartPole-v1 to a mean return of {target} over the last 100 episodes (wall in seconds)")
@@ -152,7 +165,6 @@ line(header)
 print("-" * (sum(widths) + len(widths) - 1))
 good = {lib: [] for lib in LIBS}
 for n in rounds:
-    srl = by.get((n, "srl"))
     for lib, name in LIBS.items():
         r = by.get((n, lib))
         if ok(r):
@@ -160,22 +172,24 @@ for n in rounds:
             wall = f"{r['wall_s']:.2f}"
         else:
             wall = "failed" if r is None or r["rc"] != 0 else f"no {target}"
-        line([n, name, wall, fmt(r and r["steps_per_s"], ".0f"), fmt(r and r["env_steps"], "d")]
-             + lead(lib, srl if ok(srl) else None, r if ok(r) else None))
+        line([n, name, wall, fmt(r and r["steps_per_s"], ".0f"), fmt(r and r["env_steps"], "d")])
 print("-" * (sum(widths) + len(widths) - 1))
 med = {lib: ({k: statistics.median(r[k] for r in rs) for k in ("wall_s", "steps_per_s", "env_steps")} if rs else None)
        for lib, rs in good.items()}
 for lib, name in LIBS.items():
     m = med[lib]
     line(["median", name, fmt(m and m["wall_s"], ".2f"), fmt(m and m["steps_per_s"], ".0f"),
-          fmt(m and m["env_steps"], ".0f")] + lead(lib, med["srl"], m))
+          fmt(m and m["env_steps"], ".0f")])
 print()
-for lib, name in LIBS.items():
-    if lib != "srl":
-        wr, sr = lead(lib, med["srl"], med[lib])
-        print(f"ratios of medians: {name} wall / SRL wall = {wr}   SRL steps/s / {name} steps/s = {sr}")
+for peer, same in PAIRS.items():
+    p, s, shipped = med[peer], med[same], med["srl"]
+    if p and s:
+        print(f"{LIBS[peer]}, same update shape: SRL steps/s / peer steps/s = {s['steps_per_s'] / p['steps_per_s']:.2f}"
+              f"   peer wall / SRL wall = {p['wall_s'] / s['wall_s']:.2f}")
+    if p and shipped:
+        print(f"{LIBS[peer]} against cartpole-ppo as shipped: peer wall / SRL wall = {p['wall_s'] / shipped['wall_s']:.2f}")
 print("wall: shell-timed whole command (start-up, imports, shutdown included).")
-print("steps/s: SRL summary.json fps (env steps over the controller's run, worker start-up included);")
+print("steps/s: SRL env steps from its first report with env steps to the end of the run;")
 print("         SB3 env steps over learn() alone; SF steady, between its learner's first and last iteration.")
 print("Medians and ratios use rounds that reached the target only.")
 PY

@@ -72,7 +72,10 @@ def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int,
             if step(env):
                 env.reset(seed=int(rng.integers(1 << 30)))
         steps += len(made)
-    queue.put(steps / (time.perf_counter() - start))
+    rate = steps / (time.perf_counter() - start)
+    for env in made:
+        env.close()
+    queue.put(rate)
 
 
 def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:

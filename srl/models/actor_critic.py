@@ -152,7 +152,7 @@ class ActorCriticPolicy(Policy):
             return None
         return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         dists, value, memory = self.net(self._obs(obs, 1)[0], self._memory(state))
         action = self.net.head.sample(dists, deterministic)

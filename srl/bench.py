@@ -194,8 +194,8 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         # between the first and the last report that saw a new batch.
         changes = [r for a, r in zip(steady, steady[1:]) if r["trained_steps"] > a["trained_steps"]]
         if len(changes) < 2:
-            raise RuntimeError(f"the training run finished fewer than 3 batches in {seconds:.0f} s; "
-                               "give it more time (--seconds)")
+            raise RuntimeError(f"the training run completed fewer than two training steps after its warm-up "
+                               f"in {seconds:.0f} s; give it more time (--seconds)")
         steady, counted = changes, "trained_steps"
     else:
         counted = "env_steps"
@@ -282,9 +282,9 @@ def print_table(result: dict[str, Any]) -> None:
         cells = [label, f"{result[key]:,.0f}"] + ([f"{result[key] * skip:,.0f}"] if skip > 1 else [])
         table.add_row(*cells)
     n = result["trainers"]
-    rows = [(f"limit with {n} trainer(s) = min(limit_T, {n}·L/{result['cores']})", "training_limit_configured")]
-    for label, key in rows:
-        table.add_row(label, f"{result[key]:,.0f}", *([f"{result[key] * skip:,.0f}"] if skip > 1 else []))
+    limit = result["training_limit_configured"]
+    table.add_row(f"limit with {n} trainer(s) = min(limit_T, {n}·L/{result['cores']})", f"{limit:,.0f}",
+                  *([f"{limit * skip:,.0f}"] if skip > 1 else []))
     for label, key in (("sampling efficiency S/limit_S", "sampling_efficiency"),
                        ("training efficiency T/limit_T", "training_efficiency"),
                        (f"training efficiency, {n} trainer(s)", "training_efficiency_configured")):

@@ -45,7 +45,8 @@ class ComponentConfig(Section):
 
 class Placement(Section):
     """Where a worker group may run (cluster launchers): CPUs and GPUs per worker, and custom
-    resources or node labels that pin the group to nodes (`{node2: 0.01}`)."""
+    resources or node labels that pin the group to nodes (`{node2: 0.01}`); and, with any
+    launcher, the CPU priority of its processes (`nice`)."""
 
     num_cpus: float = Field(0.5, ge=0)
     num_gpus: float = Field(0.0, ge=0)

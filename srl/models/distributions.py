@@ -30,7 +30,8 @@ class Categorical:
         return self.logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
     def entropy(self) -> torch.Tensor:
-        return -(self.logp.exp() * self.logp).sum(-1)
+        p_log_p = self.logp.exp() * self.logp
+        return -torch.where(torch.isfinite(self.logp), p_log_p, 0.0).sum(-1)  # 0 log 0 = 0
 
 
 #: What a head returns per action dim.

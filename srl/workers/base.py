@@ -168,13 +168,7 @@ class Worker(ABC):
         if not force and now - self._last_check < CONTROL_CHECK_S:
             return not self._stopping
         self._last_check = now
-        assert self._control is not None
-        while (answer := self._control.recv(0)) is not None:
-            self._last_ack = now
-            self._unanswered_since = None
-            if answer.meta.get("command") == "stop":
-                self._stopping = True
-            self.controller_info.update(answer.meta.get("info", {}))
+        self._read_answers(now)
         if force or now - self._last_heartbeat >= self.spec.heartbeat_s:
             self._last_heartbeat = now
             if self._unanswered_since is None:
@@ -187,6 +181,17 @@ class Worker(ABC):
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._stopping = True
         return not self._stopping
+
+    def _read_answers(self, now: float, wait_ms: int = 0) -> None:
+        """Take every answer the controller has sent (waiting up to `wait_ms` for the first)."""
+        assert self._control is not None
+        while (answer := self._control.recv(wait_ms)) is not None:
+            wait_ms = 0
+            self._last_ack = now
+            self._unanswered_since = None
+            if answer.meta.get("command") == "stop":
+                self._stopping = True
+            self.controller_info.update(answer.meta.get("info", {}))
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -236,9 +241,12 @@ class Worker(ABC):
                 self.poll()
         except Exception:
             text = traceback.format_exc()
+            # A peer that stopped first can break a collective call mid-way (data-parallel
+            # trainers): on the way out that is expected, not a failure. The controller's stop,
+            # sent to every worker at once, may still be unread here.
+            if not self._stopping:
+                self._read_answers(time.monotonic(), wait_ms=200)
             if self._stopping:
-                # A peer that stopped first can break a collective call mid-way (data-parallel
-                # trainers): on the way out that is expected, not a failure.
                 log.warning("worker %s: error while stopping, ignored:\n%s", self.name, text)
             else:
                 code = 1

@@ -57,13 +57,26 @@ def run(slot_type, make, n_envs: int, steps: int, actions, T: int = 8):
     return trajectories, ring.pop_episodes()
 
 
+class Echo(gym.Env):
+    """Observes the action it was given last, exactly as given."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.asarray(action, np.float32), 0.0, False, False, {}
+
+
 def push_towards_the_fall(obs: NamedArray, t: int) -> np.ndarray:
     return (obs[keys.OBS][:, 2] > 0).astype(np.int64)  # episodes end within a few dozen steps
 
 
 @pytest.mark.parametrize("id,actions", [
     ("CartPole-v1", push_towards_the_fall),
-    # Far outside [-2, 2]: both paths must clip at the env boundary and record the raw action.
+    # Far outside [-2, 2] (Pendulum clips too, so `test_box_actions_are_clipped_...` checks that).
     ("Pendulum-v1", lambda obs, t: np.full((3, 1), 5.0 if t % 2 else -7.0, np.float32)),
 ])
 def test_same_trajectories_and_episodes_as_the_general_path(id, actions):
@@ -111,3 +124,10 @@ def test_nan_can_skip_the_episode():
 def test_make_slots_takes_the_fast_path_only_for_plain_gym_envs():
     assert all(type(s) is GymSlot for s in make_slots(lambda: GymEnv("CartPole-v1"), 2, 2, seed=0))
     assert all(type(s) is EnvSlot for s in make_slots(lambda: FakeEnv(), 2, 2, seed=0))
+
+
+def test_box_actions_are_clipped_at_the_env_and_recorded_as_sampled():
+    raw = np.array([[5.0, -0.5], [-7.0, 0.25]], np.float32)
+    [trajectory], _ = run(GymSlot, lambda: GymEnv("test_gym_slot:Echo"), 2, 9, lambda obs, t: raw)
+    np.testing.assert_array_equal(trajectory[keys.OBS][keys.OBS][1], [[1.0, -0.5], [-1.0, 0.25]])
+    np.testing.assert_array_equal(trajectory[keys.ACTION][0], raw)

@@ -45,7 +45,7 @@ STARTUP_ALLOWANCE_S = 4.0
 
 # ------------------------------------------------------------------------ isolated parts
 def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, queue: Any) -> None:
-    from srl.envs.gym import GymEnv
+    from srl.envs.gym_slot import GymSlot
     from srl.workers.components import make_env
 
     made = [make_env(env_section) for _ in range(envs)]
@@ -58,7 +58,7 @@ def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int,
     # Random actions drawn beforehand: drawing one (a Box sample) can cost a quarter of a
     # MuJoCo step, and E is the env's speed, not the sampler's.
     actions = itertools.cycle([space.sample() for _ in range(4096)])
-    if all(type(env) is GymEnv for env in made):
+    if GymSlot.takes(made):
         # A Gymnasium env is timed as Gymnasium steps it: SRL's adapter is the system's cost.
         def step(env: Any) -> bool:
             _, _, terminated, truncated, _ = env.env.step(next(actions))

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from srl.api.env import AgentStep
+from srl.api.env import AgentStep, Env
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.gym import AGENT, GymEnv
@@ -23,6 +23,11 @@ from srl.workers.env_ring import EnvSlot, SlotStep
 
 
 class GymSlot(EnvSlot):
+    @staticmethod
+    def takes(envs: Sequence[Env]) -> bool:
+        """Whether these envs are plain `GymEnv`s (a subclass may change how they step)."""
+        return all(type(env) is GymEnv for env in envs)
+
     def __init__(self, envs: Sequence[GymEnv], seeds: Sequence[int], name: str = "env",
                  on_bad_output: checks.OnBadOutput = "raise") -> None:
         super().__init__(envs, seeds, name, on_bad_output)

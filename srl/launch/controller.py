@@ -127,7 +127,7 @@ class Controller:
 
     @property
     def policy_version(self) -> int:
-        return max((w.stats.get("policy_version", 0) for w in self.workers.values() if w.spec.kind == "trainer"), default=0)
+        return max((t.get("policy_version", 0) for t in self._trainer_stats()), default=0)
 
     @property
     def return_mean(self) -> float | None:

@@ -281,7 +281,6 @@ def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, 
         from srl.envs.envpool_slot import EnvPoolSlot
 
         return [EnvPoolSlot(env_config or {}, envs_per_slot, seed + k * envs_per_slot) for k in range(ring_size)]
-    from srl.envs.gym import GymEnv
     from srl.envs.gym_slot import GymSlot
 
     slots: list[Slot] = []
@@ -290,7 +289,7 @@ def make_slots(make_env: Callable[[], Env], ring_size: int, envs_per_slot: int, 
     for k in range(ring_size):
         envs = [make_env() for _ in range(envs_per_slot)]
         # Plain Gymnasium envs skip the per-agent objects of the general path.
-        kind = GymSlot if all(type(env) is GymEnv for env in envs) else EnvSlot
+        kind = GymSlot if GymSlot.takes(envs) else EnvSlot
         slots.append(kind(envs, [seed + k * envs_per_slot + j for j in range(envs_per_slot)], name, on_bad))
     return slots
 

@@ -58,20 +58,28 @@ echo "sf:  $SF_PY ($("$SF_PY" -c 'import importlib.metadata as md; print("sample
 echo "host: $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
-# run_peer LIB PYTHON SCRIPT: one peer run to the target, its result appended to $RESULTS.
-run_peer() {
-    local lib="$1" py="$2" script="$3" out="$WORK/$1-$round.json" t0 t1 rc=0
-    echo "round $round/$ROUNDS: $script ..." >&2
-    t0="$(now)"
-    "$py" "$HERE/$script" --target "$TARGET" --seed "$round" --json "$out" \
-        > "$WORK/$lib-$round.log" 2>&1 || rc=$?
-    t1="$(now)"
-    if [ "$rc" -ne 0 ] || [ ! -f "$out" ]; then
-        echo "  $lib failed (exit $rc); last lines of its output:" >&2
+# timed LIB RESULT CMD...: runs CMD (output to LIB's log for this round), timed from the shell;
+# sets T0, T1 and RC, and reports a failure (non-zero exit, or no RESULT file written).
+timed() {
+    local lib="$1" result="$2"
+    shift 2
+    RC=0
+    T0="$(now)"
+    "$@" > "$WORK/$lib-$round.log" 2>&1 || RC=$?
+    T1="$(now)"
+    if [ "$RC" -ne 0 ] || [ ! -e "$result" ]; then
+        echo "  $lib failed (exit $RC); last lines of its output:" >&2
         tail -n 20 "$WORK/$lib-$round.log" >&2
         fail=1
     fi
-    "$py" - "$lib" "$round" "$t0" "$t1" "$rc" "$out" >> "$RESULTS" <<'PY'
+}
+
+# run_peer LIB PYTHON SCRIPT: one peer run to the target, its result appended to $RESULTS.
+run_peer() {
+    local lib="$1" py="$2" script="$3" out="$WORK/$1-$round.json"
+    echo "round $round/$ROUNDS: $script ..." >&2
+    timed "$lib" "$out" "$py" "$HERE/$script" --target "$TARGET" --seed "$round" --json "$out"
+    "$py" - "$lib" "$round" "$T0" "$T1" "$RC" "$out" >> "$RESULTS" <<'PY'
 import json, os, sys
 lib, rnd, t0, t1, rc, path = sys.argv[1:]
 s = json.load(open(path)) if os.path.exists(path) else {}
@@ -92,19 +100,12 @@ SF_SHAPE=(actors.count=2 actors.envs_per_slot=16 actors.trajectory_length=32 tra
 
 # run_srl LIB [OVERRIDES...]: one `srl train cartpole-ppo` to the target, appended to $RESULTS.
 run_srl() {
-    local lib="$1" run_dir="$WORK/$1-$round" t0 t1 rc=0
+    local lib="$1" run_dir="$WORK/$1-$round"
     shift
     echo "round $round/$ROUNDS: srl train cartpole-ppo $* ..." >&2
-    t0="$(now)"
-    srl train cartpole-ppo --run-dir "$run_dir" log.progress=false log.tensorboard=false \
-        log.report_interval_s=0.25 "$@" > "$WORK/$lib-$round.log" 2>&1 || rc=$?
-    t1="$(now)"
-    if [ "$rc" -ne 0 ] || [ ! -f "$run_dir/summary.json" ]; then
-        echo "  $lib failed (exit $rc); last lines of its output:" >&2
-        tail -n 20 "$WORK/$lib-$round.log" >&2
-        fail=1
-    fi
-    "$SB3_PY" - "$lib" "$round" "$t0" "$t1" "$rc" "$run_dir" >> "$RESULTS" <<'PY'
+    timed "$lib" "$run_dir/summary.json" srl train cartpole-ppo --run-dir "$run_dir" log.progress=false \
+        log.tensorboard=false log.report_interval_s=0.25 "$@"
+    "$SB3_PY" - "$lib" "$round" "$T0" "$T1" "$RC" "$run_dir" >> "$RESULTS" <<'PY'
 import json, os, sys
 lib, rnd, t0, t1, rc, run_dir = sys.argv[1:]
 path = os.path.join(run_dir, "summary.json")

@@ -49,7 +49,9 @@ class GymEnv(Env):
         """Policy actions [rows, ...] as the Gymnasium env takes them, one per row."""
         space = self.env.action_space
         if isinstance(space, gym.spaces.Discrete):
-            return actions.reshape(len(actions)).tolist()
+            # NumPy integers, not Python ints: Gymnasium's `Discrete.contains` (which CartPole
+            # asserts on every step) checks a Python int against np.iinfo, 0.4 µs more a step.
+            return list(actions.reshape(len(actions)))
         if isinstance(space, gym.spaces.Box):
             # A Gaussian policy samples past the bounds; clip here, at the env boundary, so the
             # trainer still sees (and computes log-probs of) the action it actually sampled.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Normal
 
 
 class Categorical:
@@ -34,8 +35,36 @@ class Categorical:
         return -torch.where(torch.isfinite(self.logp), p_log_p, 0.0).sum(-1)  # 0 log 0 = 0
 
 
-#: What a head returns per action dim.
-Distribution = Categorical | Normal
+class DiagonalNormal:
+    """A Gaussian over the last dim with a diagonal covariance, given its mean and log std.
+
+    Not `torch.distributions.Normal` (per dim, summed by the caller): its broadcasting and
+    checks made the sample and log-prob of a 6-dim action cost 29 µs for a batch of 16, and
+    each extra op is also an extra node in the training step's backward pass.
+    """
+
+    _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor) -> None:
+        self.mean, self.log_std = mean, log_std
+
+    def sample(self) -> torch.Tensor:
+        return torch.addcmul(self.mean, self.log_std.exp(), torch.randn_like(self.mean))
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        z = (action - self.mean) * torch.exp(-self.log_std)
+        return -0.5 * z.pow(2).sum(-1) - (self.log_std.sum(-1) + self.mean.shape[-1] * self._HALF_LOG_2PI)
+
+    def entropy(self) -> torch.Tensor:
+        per_row = self.log_std.sum(-1) + self.mean.shape[-1] * (0.5 + self._HALF_LOG_2PI)
+        return per_row.expand(self.mean.shape[:-1])
+
+
+#: What a head returns: one categorical per discrete action dim, or one Gaussian over a Box.
+Distribution = Categorical | DiagonalNormal
 
 
 class ActionHead(nn.Module):
@@ -71,15 +100,14 @@ class ActionHead(nn.Module):
     def forward(self, features: torch.Tensor) -> list[Distribution]:
         out = self.linear(features)
         if not self.nvec:
-            # validate_args=False: the checks cost more than the network for small batches.
-            return [Normal(out, self.log_std.exp().expand_as(out), validate_args=False)]
+            return [DiagonalNormal(out, self.log_std)]
         if len(self.nvec) == 1:
             return [Categorical(out)]
         return [Categorical(logits) for logits in out.split(self.nvec, dim=-1)]
 
     def sample(self, dists: list[Distribution], deterministic: bool) -> torch.Tensor:
         if not self.nvec:
-            action = dists[0].mean if deterministic else dists[0].sample()
+            action = dists[0].mode() if deterministic else dists[0].sample()
             return action.reshape(*action.shape[:-1], *self.action_shape)
         parts = [d.mode() if deterministic else d.sample() for d in dists]
         if isinstance(self.space, gym.spaces.Discrete):
@@ -89,7 +117,7 @@ class ActionHead(nn.Module):
     def log_prob(self, dists: list[Distribution], action: torch.Tensor) -> torch.Tensor:
         if not self.nvec:
             flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
-            return dists[0].log_prob(flat).sum(-1)
+            return dists[0].log_prob(flat)
         if isinstance(self.space, gym.spaces.Discrete):
             return dists[0].log_prob(action)
         flat = action.reshape(*action.shape[: action.dim() - len(self.action_shape)], -1)
@@ -97,5 +125,5 @@ class ActionHead(nn.Module):
 
     def entropy(self, dists: list[Distribution]) -> torch.Tensor:
         if not self.nvec:
-            return dists[0].entropy().sum(-1)
+            return dists[0].entropy()
         return sum(d.entropy() for d in dists)

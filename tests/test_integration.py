@@ -28,9 +28,11 @@ def _segments(run_id: str) -> list[str]:
 @pytest.mark.parametrize("transport,inference", [("shm", "remote"), ("zmq", "remote"), ("shm", "inline")])
 def test_cartpole_learns(run_srl, tmp_path, transport, inference):
     run_dir = tmp_path / "run"
+    # One variant also checks that each group's placement (CPU priority, torch threads) is applied.
+    placement = ["trainers.placement.threads=2", "actors.placement.nice=7"] if inference == "inline" else []
     result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), f"streams.transport={transport}",
                      f"actors.inference={inference}", "stop.episode_return=200", "stop.env_steps=400000",
-                     "log.tensorboard=false")
+                     "log.tensorboard=false", *placement)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = _summary(run_dir)
     assert summary["episode_return_mean"] >= 8 * RANDOM_CARTPOLE_RETURN, summary
@@ -44,6 +46,9 @@ def test_cartpole_learns(run_srl, tmp_path, transport, inference):
     assert {"time_s", "env_steps", "fps", "episode_return_mean", "policy_version"} <= record.keys()
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert {p.name for p in (run_dir / "logs").iterdir()} >= {"trainer.0.log", "actor.0.log"}
+    if placement:
+        assert "nice 0, 2 torch threads" in (run_dir / "logs" / "trainer.0.log").read_text()
+        assert "nice 7, 1 torch threads" in (run_dir / "logs" / "actor.0.log").read_text()
 
 
 def test_sigint_leaves_nothing_behind(tmp_path):

@@ -56,6 +56,10 @@ class Placement(Section):
     #: cores are shared, the trainer, usually the bottleneck, then runs whenever it can and the
     #: samplers fill the gaps (CartPole on 2 cores: 67k -> 75k trained env steps/s at nice 10).
     nice: int | None = Field(None, ge=0, le=19)
+    #: Torch intra-op threads of each of the group's processes. One by default: workers
+    #: already fill the cores, and idle OpenMP threads spinning beside them cost more than a
+    #: parallel speed-up of small ops. A trainer of large convolutions gains from more.
+    threads: PositiveInt = 1
 
 
 #: Default `placement.nice` of actors and policy workers.

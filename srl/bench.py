@@ -262,7 +262,7 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
         "sampling_steps_per_s": S, "training_steps_per_s": T,
         "sampling_limit": limit_s, "training_limit": limit_t,
         "sampling_efficiency": S / limit_s, "training_efficiency": T / limit_t,
-        "trainers": config.trainers.count, "trainer_limit": trainer_limit,
+        "trainers": config.trainers.count, "trainer_cores": trainer_cores, "trainer_limit": trainer_limit,
         "training_limit_configured": limit_configured, "training_efficiency_configured": T / limit_configured,
     }
 
@@ -284,9 +284,9 @@ def print_table(result: dict[str, Any]) -> None:
     for label, key in rows:
         cells = [label, f"{result[key]:,.0f}"] + ([f"{result[key] * skip:,.0f}"] if skip > 1 else [])
         table.add_row(*cells)
-    n = result["trainers"]
+    n, used = result["trainers"], result["trainer_cores"]
     limit = result["training_limit_configured"]
-    table.add_row(f"limit with {n} trainer(s) = min(limit_T, {n}·L/{result['cores']})", f"{limit:,.0f}",
+    table.add_row(f"limit with {n} trainer(s) = min(limit_T, {used}·L/{result['cores']})", f"{limit:,.0f}",
                   *([f"{limit * skip:,.0f}"] if skip > 1 else []))
     for label, key in (("sampling efficiency S/limit_S", "sampling_efficiency"),
                        ("training efficiency T/limit_T", "training_efficiency"),

@@ -193,6 +193,10 @@ class EnvRing:
         self.T = trajectory_length
         self.initial_state = initial_state or (lambda n: NamedArray())
         self.buffers: list[NamedArray] = []
+        #: Per slot and row t: views of the buffer that step t writes (see `_views`).
+        self.views: list[list[SlotStep]] = []
+        #: Per slot: the reply fields' columns, by path.
+        self.columns: list[dict[str, np.ndarray]] = []
         self.t = [0] * len(self.slots)
         self.states: list[NamedArray] = []
         #: Returns and lengths of episodes finished since `pop_episodes()` was last called.
@@ -217,28 +221,43 @@ class EnvRing:
         while len(self.buffers) <= slot:
             self.buffers.append(NamedArray())
             self.states.append(NamedArray())
+            self.views.append([])
+            self.columns.append({})
         self.buffers[slot] = buffer
+        self.views[slot] = self._views(buffer)
+        self.columns[slot] = {}
         self.states[slot] = self.initial_state(s.rows)
         self.t[slot] = 0
         return self._request(slot)
 
-    def _record(self, buf: NamedArray, path: str, t: int, row: np.ndarray) -> None:
+    def _views(self, buf: NamedArray) -> list[SlotStep]:
+        """For each row t < T: where the slot's step t writes (reward, flags of row t; the next
+        observations and alive flags in row t + 1), made once per slot instead of every step."""
+        obs = buf[keys.OBS]
+        return [SlotStep(buf[keys.REWARD][t], buf[keys.TERMINATED][t], buf[keys.TRUNCATED][t],
+                         buf[keys.ALIVE][t + 1], obs[t + 1]) for t in range(self.T)]
+
+    def _record(self, slot: int, path: str, t: int, row: np.ndarray) -> None:
         """Write row `t` of a field, allocating its [T + 1, ...] buffer the first time it appears."""
+        columns = self.columns[slot]
         try:
-            column = buf[path]
+            column = columns[path]
         except KeyError:
+            buf = self.buffers[slot]
             buf[path] = np.zeros((self.T + 1, *np.shape(row)), np.asarray(row).dtype)
-            column = buf[path]
+            column = columns[path] = buf[path]
         column[t] = row
 
     def _request(self, slot: int) -> NamedArray:
-        buf, t = self.buffers[slot], self.t[slot]
-        request = NamedArray({keys.OBS: buf[keys.OBS][t]})
+        t = self.t[slot]
+        # Row t's observations: the views of row t - 1's step (row 0's are written by start).
+        obs = self.views[slot][t - 1].next_obs if t else self.buffers[slot][keys.OBS][0]
+        request = NamedArray({keys.OBS: obs})
         state = self.states[slot]
         if state.keys():  # an RNN policy: send the state, and record the one each row started from
             request[keys.RNN_STATE] = state
             for path, leaf in state.items_flat():
-                self._record(buf, f"{keys.RNN_STATE}/{path}", t, leaf)
+                self._record(slot, f"{keys.RNN_STATE}/{path}", t, leaf)
         return request
 
     def step(self, slot: int, reply: NamedArray) -> tuple[NamedArray, NamedArray | None]:
@@ -246,14 +265,14 @@ class EnvRing:
         s, buf, t = self.slots[slot], self.buffers[slot], self.t[slot]
         for path, leaf in reply.items_flat():
             if path.split("/", 1)[0] not in _CARRIED:
-                self._record(buf, path, t, leaf)
+                self._record(slot, path, t, leaf)
         trajectory = None
         if t == self.T:
             trajectory = buf.copy()
             buf[0] = buf[self.T]
             t = 0
-        out = SlotStep(buf[keys.REWARD][t], buf[keys.TERMINATED][t], buf[keys.TRUNCATED][t],
-                       buf[keys.ALIVE][t + 1], buf[keys.OBS][t + 1])
+        views = self.views[slot][t]
+        out = SlotStep(views.reward, views.terminated, views.truncated, views.alive, views.next_obs)
         for episode_return, length in s.step(buf[keys.ACTION][t], out):
             self.episode_returns.append(episode_return)
             self.episode_lengths.append(length)

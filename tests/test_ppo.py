@@ -40,6 +40,10 @@ def test_rollout_and_analyze_agree(name):
     np.testing.assert_allclose(analysis.logprob.detach().numpy(), out[keys.LOGPROB], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(analysis.value.detach().numpy(), out[keys.VALUE], rtol=1e-5, atol=1e-5)
     assert analysis.entropy.shape == (5,)
+    without = policy.analyze({keys.OBS: {k: torch.as_tensor(v) for k, v in obs_batch(5).items_flat()},
+                              keys.ACTION: torch.as_tensor(out[keys.ACTION])}, entropy=False)
+    assert without.entropy is None
+    torch.testing.assert_close(without.logprob, analysis.logprob)
 
 
 def test_params_round_trip_between_policies():
@@ -113,6 +117,15 @@ def test_ppo_step_learns_the_rewarded_action():
     assert policy.version == 30
     assert {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"} <= stats.keys()
     assert after > max(before, 0.34) + 0.3, (before, after)
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
+def test_ppo_reports_the_entropy_with_or_without_a_bonus(entropy_coef):
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16])
+    stats = PPO(policy, PPOConfig(epochs=2, minibatches=3, entropy_coef=entropy_coef)).step(sample_batch(policy))
+    # A fresh policy's output layer starts near zero: close to uniform over 3 actions.
+    assert stats["entropy"] == pytest.approx(np.log(3), abs=0.05)
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path):

@@ -29,7 +29,8 @@ from srl.data.named_array import NamedArray
 
 @dataclass
 class Analysis:
-    """What `Policy.analyze` returns per row: log-prob of the taken action, entropy, value."""
+    """What `Policy.analyze` returns per row: log-prob of the taken action, entropy (None when
+    not asked for), value."""
 
     logprob: Any
     entropy: Any
@@ -53,11 +54,12 @@ class Policy(ABC):
         """Act on a batch [B, ...]: returns action, logprob, value and the next rnn_state."""
 
     @abstractmethod
-    def analyze(self, batch: Mapping[str, Any]) -> Analysis:
+    def analyze(self, batch: Mapping[str, Any], entropy: bool = True) -> Analysis:
         """Re-evaluate rows of a sample batch for training (differentiable tensors).
 
         `batch` maps `keys.OBS` (a dict of tensors), `keys.ACTION` and, for RNN policies,
-        `keys.RNN_STATE` and the done flags, to tensors of any common leading shape.
+        `keys.RNN_STATE` and the done flags, to tensors of any common leading shape. With
+        `entropy=False` the caller does not use the entropy, and it may be left out (None).
         """
 
     def update_statistics(self, obs: NamedArray) -> None:

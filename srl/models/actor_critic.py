@@ -184,8 +184,8 @@ class ActorCriticPolicy(Policy):
             out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
         return out
 
-    def analyze(self, batch: Mapping[str, Any]) -> Analysis:
-        """Log-prob of the taken action, entropy and value for rows of any leading shape.
+    def analyze(self, batch: Mapping[str, Any], entropy: bool = True) -> Analysis:
+        """Log-prob of the taken action, entropy (if asked for) and value for rows of any leading shape.
 
         With an LSTM the rows are [T, B] (time-major) and `batch` also holds `keys.RNN_STATE`,
         the state each column's first row started from, and `keys.EPISODE_START` [T, B].
@@ -200,8 +200,9 @@ class ActorCriticPolicy(Policy):
                 raise ValueError(f"an LSTM policy analyzes [T, B] rows (time-major); got {lead} leading dims")
             dists, value, _ = self.net(obs, self._memory(batch[keys.RNN_STATE]), batch[keys.EPISODE_START])
         flat_action = action.reshape(-1, *self.net.head.action_shape)
-        logprob, entropy = self.net.head.log_prob(dists, flat_action), self.net.head.entropy(dists)
-        return Analysis(logprob.reshape(shape), entropy.reshape(shape), value.reshape(shape))
+        logprob = self.net.head.log_prob(dists, flat_action).reshape(shape)
+        entropy_rows = self.net.head.entropy(dists).reshape(shape) if entropy else None
+        return Analysis(logprob, entropy_rows, value.reshape(shape))
 
     def update_statistics(self, obs: NamedArray) -> None:
         if self.net.normalizer is not None:

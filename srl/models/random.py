@@ -33,7 +33,7 @@ class RandomPolicy(Policy):
         zeros = np.zeros(n, np.float32)
         return NamedArray({keys.ACTION: action, keys.LOGPROB: zeros, keys.VALUE: zeros})
 
-    def analyze(self, batch: Any) -> Any:
+    def analyze(self, batch: Any, entropy: bool = True) -> Any:
         raise NotImplementedError("a random policy does not train")
 
     def get_params(self) -> NamedArray:

@@ -46,6 +46,21 @@ def test_rollout_and_analyze_agree(name):
     torch.testing.assert_close(without.logprob, analysis.logprob)
 
 
+def test_the_critic_reuses_the_actors_flattened_inputs_exactly():
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16, 16])
+    net = policy.net
+    assert net.critic_reads_actor_encoding
+    obs = {k: torch.as_tensor(v) for k, v in obs_batch(5).items_flat()}
+    with torch.no_grad():
+        _, value, _ = net(obs)
+        own = net.critic_encoder({k: obs[k] for k in net.critic_inputs})  # what it used to compute
+        expected = net.value_head(net.critic(own)).squeeze(-1)
+    torch.testing.assert_close(value, expected)
+    # A critic that reads other inputs encodes its own.
+    other = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16], critic_inputs=["extra"])
+    assert not other.net.critic_reads_actor_encoding
+
+
 def test_params_round_trip_between_policies():
     a = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])
     b = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"])

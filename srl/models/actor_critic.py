@@ -97,6 +97,10 @@ class ActorCriticNet(nn.Module):
         self.actor_encoder = encoder({k: observation_space[k] for k in self.actor_inputs})
         share = config.share_encoder and self.critic_inputs == self.actor_inputs
         self.critic_encoder = None if share else encoder({k: observation_space[k] for k in self.critic_inputs})
+        # A parameter-free encoder (flatten) of the same inputs gives the critic exactly the
+        # actor's encoding: reuse it rather than encode twice (a tenth of a small forward pass).
+        self.critic_reads_actor_encoding = (self.critic_encoder is not None and self.critic_inputs == self.actor_inputs
+                                            and not any(True for _ in self.critic_encoder.parameters()))
         act = nn.Tanh if config.activation == "tanh" else nn.ReLU
         self.memory = nn.LSTM(self.actor_encoder.out_dim, config.lstm) if config.lstm else None
         features = config.lstm or self.actor_encoder.out_dim
@@ -117,11 +121,16 @@ class ActorCriticNet(nn.Module):
         """
         if self.normalizer is not None:
             obs = self.normalizer(obs)
-        features = self.actor_encoder({k: obs[k] for k in self.actor_inputs})
+        encoded = self.actor_encoder({k: obs[k] for k in self.actor_inputs})
+        features = encoded
         if self.memory is not None:
-            features, memory = self._remember(features, memory, starts)
-        critic_features = features if self.critic_encoder is None else self.critic_encoder(
-            {k: obs[k] for k in self.critic_inputs})
+            features, memory = self._remember(encoded, memory, starts)
+        if self.critic_encoder is None:
+            critic_features = features
+        elif self.critic_reads_actor_encoding:
+            critic_features = encoded
+        else:
+            critic_features = self.critic_encoder({k: obs[k] for k in self.critic_inputs})
         return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1), memory
 
     def _remember(self, x: torch.Tensor, memory: Memory, starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:

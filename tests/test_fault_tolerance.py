@@ -63,7 +63,8 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
             _wait_for(replaced, 60, f"{name} replaced", process)
         process.wait(timeout=200)
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("episode_return_mean"), summary
+        assert summary["stop_reason"].startswith("time_s"), summary
+        assert summary["episode_return_mean"] >= 200, summary  # it went on learning (random: 22)
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
         for name in ("actor.0", "policy.0", "trainer.0"):
             assert workers[name]["restarts"] == 1 and workers[name]["restart_latency_s"] is not None
@@ -117,9 +118,11 @@ def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_p
     import zmq
 
     run_dir = tmp_path / "run"
+    # A fixed length, not a return to reach: CartPole can reach any return before the garbage
+    # is all sent, and a run that ended leaves the forged messages no peer to go to.
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "streams.transport=zmq", "stop.episode_return=450", "stop.time_s=200", "log.tensorboard=false"),
+                    "streams.transport=zmq", "stop.episode_return=null", "stop.time_s=20", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     context = zmq.Context()
     try:
@@ -139,6 +142,7 @@ def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_p
                     raw.sendall(rng.randbytes(rng.randint(1, 4096)))
             dealer = context.socket(zmq.DEALER)  # a well-formed ZeroMQ peer sending forged messages
             dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.SNDTIMEO, 5000)  # fail, not hang, if the server has gone
             dealer.connect(endpoint)
             for _ in range(20):
                 dealer.send_multipart([rng.randbytes(rng.randint(0, 300)) for _ in range(rng.randint(1, 4))])
@@ -146,7 +150,8 @@ def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_p
             dealer.close()
         process.wait(timeout=200)
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("episode_return_mean"), summary
+        assert summary["stop_reason"].startswith("time_s"), summary
+        assert summary["episode_return_mean"] >= 200, summary  # it went on learning (random: 22)
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
         assert workers["policy.0"]["dropped"] >= 20 and workers["trainer.0"]["dropped"] >= 20
         assert all(w["restarts"] == 0 for w in workers.values())

@@ -11,6 +11,7 @@ from srl.algorithms.ppo import PPO, PPOConfig, clip_grad_norm, gae
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import ActorCriticPolicy
+from srl.models.encoders import ENCODERS
 from srl.workers import checkpoint
 
 OBS_SPACE = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (4,), np.float32), "extra": gym.spaces.Box(-1, 1, (2, 3), np.float32)})
@@ -47,18 +48,19 @@ def test_rollout_and_analyze_agree(name):
 
 
 def test_the_critic_reuses_the_actors_flattened_inputs_exactly():
-    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16, 16])
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16, 16], share_encoder=False)
     net = policy.net
-    assert net.critic_reads_actor_encoding
+    assert net.critic_encoder is None and not net.critic_shares_actor
     obs = {k: torch.as_tensor(v) for k, v in obs_batch(5).items_flat()}
     with torch.no_grad():
         _, value, _ = net(obs)
-        own = net.critic_encoder({k: obs[k] for k in net.critic_inputs})  # what it used to compute
+        flatten = ENCODERS["flatten"]({k: OBS_SPACE[k] for k in net.critic_inputs})
+        own = flatten({k: obs[k] for k in net.critic_inputs})  # what it would compute
         expected = net.value_head(net.critic(own)).squeeze(-1)
     torch.testing.assert_close(value, expected)
     # A critic that reads other inputs encodes its own.
     other = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16], critic_inputs=["extra"])
-    assert not other.net.critic_reads_actor_encoding
+    assert other.net.critic_encoder is not None
 
 
 def test_params_round_trip_between_policies():

@@ -95,17 +95,19 @@ class ActorCriticNet(nn.Module):
         self.normalizer = ObsNormalizer(observation_space) if config.obs_norm else None
         encoder = ENCODERS[config.encoder]
         self.actor_encoder = encoder({k: observation_space[k] for k in self.actor_inputs})
-        share = config.share_encoder and self.critic_inputs == self.actor_inputs
-        self.critic_encoder = None if share else encoder({k: observation_space[k] for k in self.critic_inputs})
-        # A parameter-free encoder (flatten) of the same inputs gives the critic exactly the
-        # actor's encoding: reuse it rather than encode twice (a tenth of a small forward pass).
-        self.critic_reads_actor_encoding = (self.critic_encoder is not None and self.critic_inputs == self.actor_inputs
-                                            and not any(True for _ in self.critic_encoder.parameters()))
+        same_inputs = self.critic_inputs == self.actor_inputs
+        #: The critic reads the actor's features (after the LSTM, if any): one shared encoder.
+        self.critic_shares_actor = config.share_encoder and same_inputs
+        # A parameter-free encoder (flatten) of the actor's inputs would give the critic exactly
+        # the actor's encoding: it reads that instead of encoding twice (a tenth of a small forward pass).
+        parameter_free = not any(True for _ in self.actor_encoder.parameters())
+        own_encoder = not self.critic_shares_actor and not (same_inputs and parameter_free)
+        self.critic_encoder = encoder({k: observation_space[k] for k in self.critic_inputs}) if own_encoder else None
         act = nn.Tanh if config.activation == "tanh" else nn.ReLU
         self.memory = nn.LSTM(self.actor_encoder.out_dim, config.lstm) if config.lstm else None
         features = config.lstm or self.actor_encoder.out_dim
         self.actor = MLP(features, config.hidden, act)
-        critic_in = features if share else self.critic_encoder.out_dim
+        critic_in = features if self.critic_shares_actor else (self.critic_encoder or self.actor_encoder).out_dim
         self.critic = MLP(critic_in, config.hidden, act)
         self.value_head = nn.Linear(self.critic.out_dim, 1)
         nn.init.orthogonal_(self.value_head.weight, 1.0)
@@ -125,12 +127,10 @@ class ActorCriticNet(nn.Module):
         features = encoded
         if self.memory is not None:
             features, memory = self._remember(encoded, memory, starts)
-        if self.critic_encoder is None:
-            critic_features = features
-        elif self.critic_reads_actor_encoding:
-            critic_features = encoded
-        else:
+        if self.critic_encoder is not None:
             critic_features = self.critic_encoder({k: obs[k] for k in self.critic_inputs})
+        else:
+            critic_features = features if self.critic_shares_actor else encoded
         return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1), memory
 
     def _remember(self, x: torch.Tensor, memory: Memory, starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:

@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from srl.api.policy import Analysis, Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, ObsNormalizer
 
@@ -75,7 +76,7 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
         self.out_dim = in_dim
         self.linears = [layer for layer in layers if isinstance(layer, nn.Linear)]
-        self.act = torch.tanh if activation is nn.Tanh else torch.relu
+        self.act = tanh if activation is nn.Tanh else torch.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for linear in self.linears:

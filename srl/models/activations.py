@@ -33,7 +33,7 @@ def _sigmoid_form(x: torch.Tensor) -> torch.Tensor:
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    if x.device.type != "cpu" or x.numel() < SIGMOID_FORM_FROM:
+    if x.numel() < SIGMOID_FORM_FROM or not x.is_cpu:
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _SigmoidTanh.apply(x)

@@ -108,7 +108,8 @@ class ActorCriticNet(nn.Module):
         self.memory = nn.LSTM(self.actor_encoder.out_dim, config.lstm) if config.lstm else None
         features = config.lstm or self.actor_encoder.out_dim
         self.actor = MLP(features, config.hidden, act)
-        critic_in = features if self.critic_shares_actor else (self.critic_encoder or self.actor_encoder).out_dim
+        critic_encoder = self.actor_encoder if self.critic_encoder is None else self.critic_encoder
+        critic_in = features if self.critic_shares_actor else critic_encoder.out_dim
         self.critic = MLP(critic_in, config.hidden, act)
         self.value_head = nn.Linear(self.critic.out_dim, 1)
         nn.init.orthogonal_(self.value_head.weight, 1.0)

@@ -271,8 +271,8 @@ class EnvRing:
             trajectory = buf.copy()
             buf[0] = buf[self.T]
             t = 0
-        views = self.views[slot][t]
-        out = SlotStep(views.reward, views.terminated, views.truncated, views.alive, views.next_obs)
+        out = self.views[slot][t]
+        out.reset_rows = []  # the views are reused every T steps; the resets are this step's own
         for episode_return, length in s.step(buf[keys.ACTION][t], out):
             self.episode_returns.append(episode_return)
             self.episode_lengths.append(length)

@@ -82,7 +82,7 @@ def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int,
 def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:
     """Spaces and `rows` recorded observations from the experiment's own env."""
     from srl.workers.components import make_env
-    from srl.workers.env_ring import spaces_of
+    from srl.api.env import spaces_of
 
     env = make_env(config.env.model_dump())
     obs_space, act_space = spaces_of(env)

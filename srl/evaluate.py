@@ -28,7 +28,8 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.workers import checkpoint
 from srl.workers.components import make_env, make_policy
-from srl.workers.env_ring import EnvSlot, SlotStep, spaces_of
+from srl.api.env import spaces_of
+from srl.envs.slots import EnvSlot, SlotStep
 
 SOURCES = ("latest", "initial", "random")
 

@@ -8,7 +8,9 @@ import pytest
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.fake import FakeEnv
-from srl.workers.env_ring import EnvRing, EnvSlot, make_slots
+from srl.envs.slot_builder import make_slots
+from srl.envs.slots import EnvSlot
+from srl.workers.env_ring import EnvRing
 
 N_ACTIONS = 1000
 
@@ -266,7 +268,7 @@ class _Broken(FakeEnv):
 
 @pytest.mark.parametrize("fault,message", [("nan", "NaN"), ("shape", "shape (5,)")])
 def test_bad_env_output_names_env_agent_and_field(fault, message):
-    from srl.workers.checks import BadEnvOutput
+    from srl.envs.checks import BadEnvOutput
 
     slot = EnvSlot([_Broken(fault, n_agents=2, n_actions=N_ACTIONS)], [100], name="Broken-v0")
     ring = EnvRing([slot], trajectory_length=8)
@@ -289,7 +291,7 @@ def test_nan_output_can_skip_the_episode_instead():
 
 
 def test_an_action_outside_the_space_is_a_clear_error():
-    from srl.workers.checks import BadAction
+    from srl.envs.checks import BadAction
 
     ring = EnvRing([EnvSlot([FakeEnv(n_actions=3)], [100], name="Fake-v0")], trajectory_length=4)
     request = ring.start(0)

@@ -9,7 +9,7 @@ pytest.importorskip("envpool", reason="the envpool extra is not installed (pip i
 
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.envpool_slot import EnvPoolSlot, envpool_task  # noqa: E402
-from srl.workers.env_ring import SlotStep  # noqa: E402
+from srl.envs.slots import SlotStep  # noqa: E402
 
 ATARI = {"type": "atari", "id": "ALE/SpaceInvaders-v5", "args": {}}
 

@@ -11,8 +11,10 @@ from srl.data.named_array import NamedArray
 from srl.envs.fake import FakeEnv
 from srl.envs.gym import GymEnv
 from srl.envs.gym_slot import GymSlot
-from srl.workers.checks import BadEnvOutput
-from srl.workers.env_ring import EnvRing, EnvSlot, make_slots
+from srl.envs.checks import BadEnvOutput
+from srl.envs.slot_builder import make_slots
+from srl.envs.slots import EnvSlot
+from srl.workers.env_ring import EnvRing
 
 
 class Faulty(gym.Env):

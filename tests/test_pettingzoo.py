@@ -11,7 +11,7 @@ pettingzoo = pytest.importorskip("pettingzoo", reason="needs the pettingzoo extr
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.pettingzoo import PettingZooEnv  # noqa: E402
 from srl.workers.components import make_env  # noqa: E402
-from srl.workers.env_ring import EnvSlot, SlotStep  # noqa: E402
+from srl.envs.slots import EnvSlot, SlotStep  # noqa: E402
 
 #: Mean return of the uniformly random policy on simple_spread (N=3, max_cycles=25, local_ratio
 #: 0.5), averaged over agents: -27.5 +- 0.4 over 400 episodes; a 100-episode window wanders

@@ -28,6 +28,9 @@ class AlgorithmConfig(pydantic.BaseModel):
 
 class Algorithm(ABC):
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    #: True when the loss corrects for samples acted by older policy versions (V-trace):
+    #: its trainers then learn from every sample instead of dropping the stale ones.
+    corrects_staleness: ClassVar[bool] = False
 
     def __init__(self, policy: Policy, config: AlgorithmConfig) -> None:
         self.policy = policy

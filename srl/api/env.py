@@ -61,3 +61,9 @@ class Env(ABC):
 
     def close(self) -> None:
         """Release simulator resources."""
+
+
+def spaces_of(env: Env) -> tuple[gym.spaces.Dict, gym.Space]:
+    """(observation space, action space) of the env's first agent."""
+    agent = env.agent_ids[0]
+    return env.observation_space(agent), env.action_space(agent)

@@ -37,7 +37,7 @@ import numpy as np
 
 from srl.data.named_array import NamedArray
 from srl.envs.extras import require
-from srl.workers.env_ring import Slot, SlotStep
+from srl.envs.slots import Slot, SlotStep
 
 #: AtariEnv's argument names -> EnvPool's.
 _ATARI_ARGS = {

@@ -18,8 +18,8 @@ from srl.api.env import AgentStep, Env
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.gym import AGENT, GymEnv
-from srl.workers import checks
-from srl.workers.env_ring import EnvSlot, SlotStep
+from srl.envs import checks
+from srl.envs.slots import EnvSlot, SlotStep
 
 
 class GymSlot(EnvSlot):

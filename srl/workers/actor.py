@@ -10,7 +10,8 @@ from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.workers.env_ring import EnvRing, make_slots
+from srl.envs.slot_builder import make_slots
+from srl.workers.env_ring import EnvRing
 
 
 class ActorWorker(Worker):

@@ -18,7 +18,7 @@ from srl.streams.inference import InferenceServer, serve
 from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.workers.env_ring import spaces_of
+from srl.api.env import spaces_of
 
 
 class PolicyWorker(Worker):

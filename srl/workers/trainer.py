@@ -23,7 +23,7 @@ from srl.workers import checkpoint
 from srl.workers.base import Worker
 from srl.workers.ddp import DataParallel
 from srl.workers.components import make_algorithm, make_env, make_policy
-from srl.workers.env_ring import spaces_of
+from srl.api.env import spaces_of
 
 
 class TrainerWorker(Worker):

@@ -4,27 +4,32 @@ The loop it lives in::
 
     # policy worker (or an actor with inline inference)
     out = policy.rollout(obs_batch, rnn_state, deterministic=False)   # action, logprob, value, rnn_state
-    # trainer (inside an algorithm's step)
+    # trainer: an algorithm optimises policy.parameters(); data-parallel trainers also
+    # keep policy.buffers() equal
     analysis = policy.analyze(sample_batch)                          # logprob, entropy, value per row
+    policy.update_statistics(sample_batch[keys.OBS])
     # parameter stream
     params = policy.get_params(); other.set_params(params, version)
 
-Batches are `NamedArray`s keyed by `srl.data.keys`. RNN policies receive and return
-their hidden state as a NamedArray under `keys.RNN_STATE`; feed-forward policies
-return an empty one. Weights travel as a flat NamedArray of numpy arrays.
+Batches are `NamedArray`s keyed by `srl.data.keys`. Weights travel as a flat NamedArray
+of numpy arrays. Callers use nothing else (and `version`): `examples/user_policy/` is a
+policy written from this file alone.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from srl.data.named_array import NamedArray
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -38,12 +43,14 @@ class Analysis:
 
 
 class Policy(ABC):
-    """A (usually torch) model with a version that counts trainer updates."""
+    """A (usually torch) model with a version that counts trainer updates: the algorithm bumps
+    it, `set_params` sets it, and every action is stamped with it (for staleness checks)."""
 
     version: int = 0
 
     @abstractmethod
-    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, **args: Any) -> None: ...
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, **args: Any) -> None:
+        """`args`: the config's `policy.args`, and `device` if the signature names it."""
 
     @abstractmethod
     def initial_state(self, batch: int) -> NamedArray:
@@ -51,29 +58,51 @@ class Policy(ABC):
 
     @abstractmethod
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        """Act on a batch [B, ...]: returns action, logprob, value and the next rnn_state."""
+        """Act on B rows (no gradients): `obs` has a numpy leaf [B, ...] per observation field,
+        `state` is the RNN state (empty for feed-forward policies). Returns numpy leaves:
+
+        - `keys.ACTION` [B, *action shape]: integers for discrete spaces, float32 for Box;
+        - `keys.LOGPROB` [B] float32: that action's log-prob (the algorithm's "old" one);
+        - `keys.VALUE` [B] float32: the value estimate (advantages bootstrap from it);
+        - `keys.RNN_STATE` (RNN policies only): the state after this step, leaves [B, ...].
+
+        The caller adds `keys.VERSION`; every field but the RNN state is recorded per row in
+        the sample batch (so the same fields and dtypes each call; an algorithm may read more).
+        """
 
     @abstractmethod
     def analyze(self, batch: Mapping[str, Any], entropy: bool = True) -> Analysis:
         """Re-evaluate rows of a sample batch for training (differentiable tensors).
 
-        `batch` maps `keys.OBS` (a dict of tensors), `keys.ACTION` and, for RNN policies,
-        `keys.RNN_STATE` and the done flags, to tensors of any common leading shape. With
-        `entropy=False` the caller does not use the entropy, and it may be left out (None).
+        `batch` maps `keys.OBS` (a dict of tensors by field path), `keys.ACTION` and, for RNN
+        policies, `keys.RNN_STATE` (the state each column's first row started from) and
+        `keys.EPISODE_START` (rows [T, B], time-major), to tensors of any common leading
+        shape (other keys are the algorithm's own); logprob, entropy and value have that
+        shape. With `entropy=False` the caller does not use the entropy: it may be None.
         """
+
+    def parameters(self) -> Iterable[torch.Tensor]:
+        """Trainable tensors (what `analyze` differentiates through): algorithms optimise them,
+        data-parallel trainers average their gradients. Default: none (a policy that does not learn)."""
+        return ()
+
+    def buffers(self) -> Iterable[torch.Tensor]:
+        """Untrained state tensors, changed in place (e.g. running observation statistics).
+        Data-parallel trainers start from rank 0's and average the floating-point ones after
+        each `update_statistics`, so all copies stay equal. Default: none."""
+        return ()
 
     def update_statistics(self, obs: NamedArray) -> None:
-        """Fold a training batch's observations into running statistics (e.g. normalisation).
-
-        The trainer calls it before each learning step; the statistics ship with the params.
-        """
+        """Fold a training batch's observations into running statistics (e.g. normalisation),
+        after each learning step. They belong in `buffers()` and ship with the params."""
 
     @abstractmethod
     def get_params(self) -> NamedArray:
         """Weights (and any running statistics acting needs) as numpy arrays."""
 
     @abstractmethod
-    def set_params(self, params: NamedArray, version: int) -> None: ...
+    def set_params(self, params: NamedArray, version: int) -> None:
+        """Load what `get_params` returned (from another copy) and take its version."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs; defaults to the parameters."""

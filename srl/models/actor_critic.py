@@ -14,7 +14,7 @@ through time (truncated at the trajectory length).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -219,8 +219,12 @@ class ActorCriticPolicy(Policy):
         if self.net.normalizer is not None:
             self.net.normalizer.update(obs)
 
-    def parameters(self):
+    def parameters(self) -> Iterator[torch.Tensor]:
         return self.net.parameters()
+
+    def buffers(self) -> Iterator[torch.Tensor]:
+        """The observation normaliser's running statistics (none without `obs_norm`)."""
+        return self.net.buffers()
 
     def get_params(self) -> NamedArray:
         return NamedArray.from_flat([(k.replace(".", "/"), v.detach().cpu().numpy()) for k, v in self.net.state_dict().items()])

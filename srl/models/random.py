@@ -13,6 +13,9 @@ from srl.data.named_array import NamedArray
 
 
 class RandomPolicy(Policy):
+    """Uniform actions, logprob and value 0. It learns nothing: no `parameters()` or `buffers()`
+    (the interface's empty defaults), no params to ship beyond the version."""
+
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, seed: int = 0, **_: Any) -> None:
         self.action_space = action_space
         self.rng = np.random.default_rng(seed)

@@ -1,9 +1,10 @@
 """Data-parallel trainers: several trainers, one model, kept identical with torch.distributed.
 
 Each trainer consumes its own share of the sample stream. They start from rank 0's
-weights, average gradients after every backward pass (gloo on CPU, NCCL on GPU), and
-average the policy's running statistics after each update, so every step leaves all
-copies identical. Only rank 0 publishes parameters and writes checkpoints. Rendezvous
+parameters and buffers, average gradients after every backward pass (gloo on CPU, NCCL on
+GPU), and average the buffers (running statistics) after each update, so every step leaves
+all copies identical. The policy is reached only through `Policy.parameters()` and
+`Policy.buffers()`. Only rank 0 publishes parameters and writes checkpoints. Rendezvous
 goes through the run's name service: rank 0 registers where it listens.
 """
 
@@ -14,8 +15,8 @@ import socket
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
+from srl.api.policy import Policy
 from srl.streams.names import NameService
 
 KEY = "ddp/rendezvous"
@@ -39,12 +40,12 @@ class DataParallel:
         dist.init_process_group(backend, init_method=f"tcp://{address}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
 
-    def attach(self, module: nn.Module) -> None:
-        """Start from rank 0's weights; average the gradients at the end of every backward pass."""
+    def attach(self, policy: Policy) -> None:
+        """Start from rank 0's parameters and buffers; average the gradients at the end of every backward pass."""
+        self._params = [p for p in policy.parameters() if p.requires_grad]
         with torch.no_grad():
-            for tensor in module.state_dict().values():
+            for tensor in (*policy.parameters(), *policy.buffers()):
                 dist.broadcast(tensor, 0)
-        self._params = [p for p in module.parameters() if p.requires_grad]
         self._queued = False
         for parameter in self._params:
             parameter.register_post_accumulate_grad_hook(self._on_grad)
@@ -70,9 +71,9 @@ class DataParallel:
             offset += p.numel()
 
     @torch.no_grad()
-    def sync_buffers(self, module: nn.Module) -> None:
-        """Average running statistics (e.g. observation normalisation) across trainers."""
-        for buffer in module.buffers():
+    def sync_buffers(self, policy: Policy) -> None:
+        """Average the policy's floating-point buffers (e.g. observation statistics) across trainers."""
+        for buffer in policy.buffers():
             if buffer.is_floating_point():
                 dist.all_reduce(buffer)
                 buffer /= self.world_size

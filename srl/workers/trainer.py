@@ -49,7 +49,7 @@ class TrainerWorker(Worker):
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
                                     generation=s["trainers"].get("generation", 0))
-            self.ddp.attach(self.policy.net)
+            self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
             ends = [self.spec.streams[k] for k in ("parameters", "parameters_net") if k in self.spec.streams]
@@ -103,7 +103,7 @@ class TrainerWorker(Worker):
             self.last_stats = self.algorithm.step(batch)
         self.policy.update_statistics(batch[keys.OBS][:-1])
         if self.ddp is not None:
-            self.ddp.sync_buffers(self.policy.net)
+            self.ddp.sync_buffers(self.policy)
         self.train_time += time.monotonic() - start
         self.trained_steps += batch[keys.REWARD][:-1].size
         if self.publisher is not None and self.policy.version != self.published_version:

@@ -207,7 +207,7 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
 
 def _reached_batch(config: ExperimentConfig, status: dict[str, Any]) -> int:
     """The inference batch the system reached: policy workers' mean, or an inline actor's slot."""
-    batches = [w.get("mean_batch") for w in status["workers"] if w["kind"] == "policy" and w.get("mean_batch")]
+    batches = [w.get("mean_batch") for w in status["workers"] if w.get("group", w["kind"]) == "policy" and w.get("mean_batch")]
     if batches:
         return max(1, int(round(float(np.mean(batches)))))
     from srl.workers.components import make_env

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from srl.api.config import (ConfigError, check_devices, apply_overrides, bundled_configs, read_config_file, validate_components,
-                            validate_structure)
+from srl.api.config import (ConfigError, apply_overrides, bundled_configs, check_devices, read_config_file,
+                            validate_components, validate_structure)
+from srl.api.graph import resolve as resolve_graph
 
 EXIT_CONFIG = 2
 
@@ -36,6 +37,7 @@ def _train(args: argparse.Namespace) -> int:
         LocalLauncher.prepare()
         config = validate_components(config)
         check_devices(config)
+        resolve_graph(config)  # the worker graph: kinds, their settings, every stream
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -66,6 +68,11 @@ def _status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    graph = status.get("graph") or {}
+    for name, stream in graph.get("streams", {}).items():
+        console.print(f"stream {name} ({stream['kind']}): {', '.join(stream['producers'])} -> "
+                      f"{', '.join(stream['consumers'])}", highlight=False)
     table = Table(title=f"run {status['run_id']} ({status['state']}, {status['env_steps']:,} env steps)")
     for column in ("name", "kind", "pid", "host", "state", "fps", "restarts", "heartbeat_age_s", "streams"):
         table.add_column(column)
@@ -73,13 +80,14 @@ def _status(args: argparse.Namespace) -> int:
         streams = ", ".join(f"{k}:{v}" for k, v in w.get("streams", {}).items())
         table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
                       str(w["restarts"]), str(w.get("heartbeat_age_s")), streams)
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    console.print(table)
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
     try:
         config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
+        resolve_graph(config)  # the worker graph: kinds, their settings, every stream
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

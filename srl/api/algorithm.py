@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import pydantic
 
+from srl.api.config import ExperimentConfig
+from srl.api.graph import Graph, on_policy_graph
 from srl.api.policy import Policy
 from srl.data.named_array import NamedArray
 
@@ -31,6 +33,14 @@ class Algorithm(ABC):
     #: True when the loss corrects for samples acted by older policy versions (V-trace):
     #: its trainers then learn from every sample instead of dropping the stale ones.
     corrects_staleness: ClassVar[bool] = False
+
+    @classmethod
+    def graph(cls, config: ExperimentConfig) -> Graph:
+        """The worker graph this algorithm trains in; the config's `workers:` section changes it.
+
+        Most algorithms learn from actors' trajectories and send parameters back (the default).
+        """
+        return on_policy_graph(config)
 
     def __init__(self, policy: Policy, config: AlgorithmConfig) -> None:
         self.policy = policy

@@ -140,6 +140,17 @@ class SupervisionConfig(Section):
     restart_window_s: float = Field(60.0, gt=0)
 
 
+class GroupOverride(Section):
+    """A config's `workers.<group>` entry: changes to a group of the default graph, or a new group."""
+
+    kind: str | None = None
+    count: PositiveInt | None = None
+    placement: Placement | None = None
+    settings: dict[str, Any] | None = None
+    streams: dict[str, str] | None = None
+
+
+
 class ExperimentConfig(Section):
     name: str
     seed: int = 0
@@ -157,6 +168,9 @@ class ExperimentConfig(Section):
     #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster.
     launcher: Literal["local", "ray"] = "local"
     ray: RayConfig = RayConfig()
+    #: Changes to the algorithm's worker graph, by group name (`actor`, `policy`, `trainer`),
+    #: or new groups of any worker kind (see `srl.api.graph`).
+    workers: dict[str, GroupOverride] = {}
 
     @pydantic.model_validator(mode="after")
     def _stop_is_set(self) -> ExperimentConfig:

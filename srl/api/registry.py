@@ -69,5 +69,13 @@ POLICIES = Registry("policy", {
 })
 ALGORITHMS = Registry("algorithm", {
     "ppo": "srl.algorithms.ppo:PPO",
+    "appo": "srl.algorithms.appo:APPO",
     "noop": "srl.algorithms.noop:NoopAlgorithm",
+})
+#: Worker kinds: what a graph's groups run (see `srl.api.graph`).
+WORKERS = Registry("worker kind", {
+    "actor": "srl.workers.actor:ActorWorker",
+    "policy": "srl.workers.policy_worker:PolicyWorker",
+    "trainer": "srl.workers.trainer:TrainerWorker",
+    "relay": "srl.workers.relay:RelayWorker",
 })

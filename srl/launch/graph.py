@@ -1,7 +1,14 @@
-"""The worker graph: which workers exist and which stream joins which. Wiring lives here only.
+"""Wiring: from a resolved graph and the launcher's placement to every worker's spec.
 
-Every launcher places the same graph; it decides only where each worker runs, and
-from that (through `choose_transport`) which transport each stream uses.
+This is the one place that decides which stream end each worker holds and over which
+transport. It names no worker kind: groups become workers (`<group>.<i>`), and each
+stream is wired by its kind (`srl.api.graph.STREAM_KINDS`):
+
+* sharded (samples, inference): consumer k of n holds endpoint `<stream>/<k>`; producer i
+  connects to consumer i mod n. The transport of each shard follows the hosts of its ends.
+* broadcast (parameters): the producing group holds `<stream>`; readers on its host read
+  that shared memory. Each other host with readers gets ONE copy over TCP into a relay
+  worker there, which re-publishes it into the host's shared memory.
 """
 
 from __future__ import annotations
@@ -9,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from srl.api.config import SAMPLER_NICE, ExperimentConfig, Placement
+from srl.api.graph import STREAM_KINDS, ResolvedGraph
 from srl.streams.link import Transport
-from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
+from srl.workers.base import StreamEnd, WorkerSpec
 
-SAMPLES = "samples/{}"
-INFERENCE = "inference/{}"
-PARAMETERS = "parameters"
+RELAY_GROUP = "relay"
 
 
 def choose_transport(forced: str, hosts: set[str]) -> Transport:
@@ -25,92 +30,76 @@ def choose_transport(forced: str, hosts: set[str]) -> Transport:
     return "shm" if len(hosts) <= 1 else "zmq"
 
 
-def build_graph(config: ExperimentConfig, run_dir: str, host_of: Callable[[str], str],
-                resume: bool = False, control_transport: Transport = "shm") -> list[WorkerSpec]:
-    """Worker specs for `config`; `host_of(worker_name)` is the launcher's placement."""
-    c = config
-    remote = c.actors.inference == "remote"
-    trainers = [f"trainer.{i}" for i in range(c.trainers.count)]
-    policies = [f"policy.{i}" for i in range(c.policy_workers.count)] if remote else []
-    actors = [f"actor.{i}" for i in range(c.actors.count)]
-    env = c.env.model_dump()
-    policy = c.policy.model_dump()
-    control = StreamEnd(CONTROL_KEY, control_transport)
-    transport = lambda names: choose_transport(c.streams.transport, {host_of(n) for n in names})  # noqa: E731
+def worker_names(resolved: ResolvedGraph) -> dict[str, list[str]]:
+    """The workers of each group, in start order."""
+    return {group: [f"{group}.{i}" for i in range(g.count)] for group, g in resolved.graph.groups.items()}
 
-    # Every stream's transport is decided once, from the hosts of all its ends.
-    param_readers = policies if remote else actors
-    parameters_of, parameters_net, relays = _parameter_routes(c.streams.transport, trainers[0], param_readers, host_of)
-    for name in trainers[1:]:  # data-parallel peers hold the same end; only rank 0 publishes on it
-        parameters_of[name] = parameters_of[trainers[0]]
-    trainer_of = {a: i % len(trainers) for i, a in enumerate(actors)}
-    server_of = {a: i % len(policies) for i, a in enumerate(actors)} if remote else {}
-    samples = [StreamEnd(SAMPLES.format(i), transport([t, *(a for a in actors if trainer_of[a] == i)]))
-               for i, t in enumerate(trainers)]
-    inference = [StreamEnd(INFERENCE.format(i), transport([p, *(a for a in actors if server_of[a] == i)]))
-                 for i, p in enumerate(policies)]
+
+def wire(resolved: ResolvedGraph, forced_transport: str, host_of: Callable[[str], str], *, seed: int,
+         run_dir: str, control: StreamEnd, resume: bool = False) -> list[WorkerSpec]:
+    """Every worker's spec; `host_of(worker_name)` is the launcher's placement."""
+    members = worker_names(resolved)
+    ends: dict[str, dict[str, StreamEnd]] = {name: {} for names in members.values() for name in names}
+    relays: list[tuple[str, StreamEnd, StreamEnd]] = []  # (reader it sits beside, source, sink)
+    for stream, spec in resolved.streams.items():
+        producers = [(name, port) for group, port in spec["produce"] for name in members[group]]
+        consumers = [(name, port) for group, port in spec["consume"] for name in members[group]]
+        if STREAM_KINDS[spec["kind"]] == "sharded":
+            _shard(stream, producers, consumers, ends, forced_transport, host_of)
+        else:
+            relays += _broadcast(stream, producers, consumers, ends, forced_transport, host_of)
 
     specs = []
-    for i, name in enumerate(trainers):
-        specs.append(WorkerSpec(
-            name, "trainer", i, c.seed,
-            settings={"env": env, "policy": policy, "algorithm": c.algorithm.model_dump(),
-                      "trainers": {**c.trainers.model_dump(), "rank": i}, "checkpoint": c.checkpoint.model_dump(),
-                      "resume": resume,
-                      "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
-            streams={"samples": samples[i], "parameters": parameters_of[name],
-                     **({"parameters_net": parameters_net} if parameters_net else {})},
-            control=control, run_dir=run_dir, placement=_placement(c.trainers.placement, nice=0)))
-    for i, name in enumerate(policies):
-        specs.append(WorkerSpec(
-            name, "policy", i, c.seed,
-            settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
-            streams={"inference": inference[i], "parameters": parameters_of[name]},
-            control=control, run_dir=run_dir, placement=_placement(c.policy_workers.placement, SAMPLER_NICE)))
-    for i, name in enumerate(actors):
-        streams = {"samples": samples[trainer_of[name]]}
-        if remote:
-            streams["inference"] = inference[server_of[name]]
-        else:
-            streams["parameters"] = parameters_of[name]
-        specs.append(WorkerSpec(
-            name, "actor", i, c.seed,
-            settings={"env": env, "policy": policy, "actors": c.actors.model_dump(),
-                      "sample_slots": c.streams.sample_slots},
-            streams=streams, control=control, run_dir=run_dir,
-            placement=_placement(c.actors.placement, SAMPLER_NICE)))
-    for k, (host, near) in enumerate(relays.items()):
-        specs.append(WorkerSpec(
-            f"relay.{k}", "relay", k, c.seed, settings={},
-            streams={"source": parameters_net, "sink": parameters_of[near]},
-            control=control, run_dir=run_dir, placement={"near": near, "num_cpus": 0.1}))
+    for group, names in members.items():
+        g = resolved.graph.groups[group]
+        for i, name in enumerate(names):
+            specs.append(WorkerSpec(name, g.kind, group, i, len(names), seed, settings=g.settings, streams=ends[name],
+                                    control=control, run_dir=run_dir, placement=g.placement.model_dump(),
+                                    resume=resume))
+    for k, (near, source, sink) in enumerate(relays):
+        specs.append(WorkerSpec(f"{RELAY_GROUP}.{k}", "relay", RELAY_GROUP, k, len(relays), seed, settings={},
+                                streams={"source": source, "sink": sink}, control=control, run_dir=run_dir,
+                                placement={"near": near, "num_cpus": 0.1}))
     return specs
 
 
-def _placement(placement: Placement, nice: int) -> dict[str, Any]:
-    """The group's placement with its `nice` resolved (unset: the group's default)."""
-    return {**placement.model_dump(), "nice": nice if placement.nice is None else placement.nice}
+def _shard(stream: str, producers: list[tuple[str, str]], consumers: list[tuple[str, str]],
+           ends: dict[str, dict[str, StreamEnd]], forced: str, host_of: Callable[[str], str]) -> None:
+    for k, (consumer, port) in enumerate(consumers):
+        mine = [(name, p) for i, (name, p) in enumerate(producers) if i % len(consumers) == k]
+        end = StreamEnd(f"{stream}/{k}", choose_transport(forced, {host_of(n) for n in [consumer, *(n for n, _ in mine)]}))
+        ends[consumer][port] = end
+        for name, p in mine:
+            ends[name][p] = end
 
 
-def _parameter_routes(forced: str, publisher: str, readers: list[str], host_of: Callable[[str], str]
-                      ) -> tuple[dict[str, StreamEnd], StreamEnd | None, dict[str, str]]:
-    """How parameters reach each reader: (reader -> stream end, the trainer's network end, relays).
-
-    Readers on the trainer's host read its shared memory. Each other host receives ONE copy
-    over TCP, into a relay on that host that re-publishes it into the host's shared memory,
-    so the model crosses the network once per host, not once per reader.
-    """
+def _broadcast(stream: str, producers: list[tuple[str, str]], readers: list[tuple[str, str]],
+               ends: dict[str, dict[str, StreamEnd]], forced: str, host_of: Callable[[str], str]
+               ) -> list[tuple[str, StreamEnd, StreamEnd]]:
+    """Wire one parameter stream; returns the relays it needs (one per other host with readers)."""
     if forced != "auto":
-        end = StreamEnd(PARAMETERS, forced)  # type: ignore[arg-type]
-        return {name: end for name in [publisher, *readers]}, None, {}
-    home = host_of(publisher)
-    routes = {publisher: StreamEnd(PARAMETERS, "shm")}
-    relays: dict[str, str] = {}  # host -> a reader there (the relay is placed beside it)
-    for reader in readers:
-        host = host_of(reader)
+        end = StreamEnd(stream, forced)  # type: ignore[arg-type]
+        for name, port in [*producers, *readers]:
+            ends[name][port] = end
+        return []
+    home = host_of(producers[0][0])  # rank 0 publishes; data-parallel peers hold the same end
+    published = StreamEnd(stream, "shm")
+    net = StreamEnd(f"{stream}/net", "zmq")
+    node_ends: dict[str, tuple[str, StreamEnd]] = {}  # host -> (a reader there, its shared-memory end)
+    for name, port in readers:
+        host = host_of(name)
         if host == home:
-            routes[reader] = routes[publisher]
+            ends[name][port] = published
         else:
-            relays.setdefault(host, reader)
-            routes[reader] = StreamEnd(f"{PARAMETERS}/node{list(relays).index(host)}", "shm")
-    return routes, (StreamEnd(f"{PARAMETERS}/net", "zmq") if relays else None), relays
+            near, end = node_ends.setdefault(host, (name, StreamEnd(f"{stream}/node{len(node_ends)}", "shm")))
+            ends[name][port] = end
+    if node_ends:
+        published.copies.append(net)
+    for name, port in producers:
+        ends[name][port] = published
+    return [(near, net, end) for near, end in node_ends.values()]
+
+
+def describe_ends(specs: list[WorkerSpec]) -> dict[str, Any]:
+    """{worker: {port: transport}}, for status."""
+    return {spec.name: {port: end.transport for port, end in spec.streams.items()} for spec in specs}

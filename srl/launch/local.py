@@ -14,6 +14,7 @@ import socket
 import time
 from multiprocessing.process import BaseProcess
 
+from srl.launch.launcher import Launcher
 from srl.workers.base import ContextSpec, WorkerSpec
 
 
@@ -26,11 +27,13 @@ def _run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     sys.exit(run_worker(spec, context))
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     name = "local"
     control_transport = "shm"
 
-    PRELOAD = ["srl.workers.entry"]
+    #: Imported once by the fork server: every worker forked from it starts with them loaded.
+    PRELOAD = ["srl.workers.entry", "srl.workers.actor", "srl.workers.policy_worker", "srl.workers.trainer",
+               "srl.workers.relay"]
 
     def __init__(self) -> None:
         self._mp = mp.get_context("forkserver")
@@ -43,9 +46,6 @@ class LocalLauncher:
         """Start the fork server (and its imports) ahead of the first worker."""
         mp.get_context("forkserver").set_forkserver_preload(cls.PRELOAD)
         forkserver.ensure_running()
-
-    def worker_context(self, context: ContextSpec) -> ContextSpec:
-        return context
 
     def place(self, specs: list[WorkerSpec]) -> None:
         """Every worker runs here; nothing to decide."""
@@ -62,9 +62,6 @@ class LocalLauncher:
     def exitcode(self, worker: str) -> int | None:
         return self.processes[worker].exitcode
 
-    def pid(self, worker: str) -> int | None:
-        return self.processes[worker].pid
-
     def signal(self, worker: str, sig: int) -> None:
         process = self.processes[worker]
         if process.exitcode is None and process.pid:
@@ -75,6 +72,9 @@ class LocalLauncher:
 
     def join(self, worker: str, timeout: float) -> None:
         self.processes[worker].join(timeout)
+
+    def started(self) -> list[str]:
+        return list(self.processes)
 
     def stop_all(self, grace_s: float) -> None:
         """Wait `grace_s` for every worker to exit, then SIGTERM, then SIGKILL what is left (by PID)."""

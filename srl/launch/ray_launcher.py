@@ -22,6 +22,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from srl.launch.launcher import Launcher
 from srl.streams import shm
 from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
 
@@ -49,7 +50,7 @@ def _clean_node(run_id: str) -> list[str]:
     return removed
 
 
-class RayLauncher:
+class RayLauncher(Launcher):
     name = "ray"
     control_transport = "zmq"
 
@@ -107,9 +108,6 @@ class RayLauncher:
         except Exception:
             return 1
 
-    def pid(self, worker: str) -> int | None:
-        return self.pids.get(worker)
-
     def signal(self, worker: str, sig: int) -> None:
         # Ray offers no signals to an actor busy in a method; any stop request is a kill.
         if worker in self.actors and self.exitcode(worker) is None:
@@ -119,9 +117,8 @@ class RayLauncher:
         if worker in self.refs:
             ray.wait([self.refs[worker]], timeout=timeout)
 
-    @property
-    def processes(self) -> dict[str, Any]:
-        return self.refs
+    def started(self) -> list[str]:
+        return list(self.refs)
 
     def stop_all(self, grace_s: float) -> None:
         pending = [ref for name, ref in self.refs.items() if self.exitcode(name) is None]

@@ -11,6 +11,7 @@ METRICS = "metrics.jsonl"
 STATUS = "status.json"
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
+GRAPH = "graph.yaml"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -39,6 +40,10 @@ class RunDir:
 
     def write_config(self, text: str) -> None:
         (self.path / CONFIG).write_text(text)
+
+    def write_graph(self, text: str) -> None:
+        """The worker graph that runs: groups (kind, count, ports) and streams (kind, ends)."""
+        (self.path / GRAPH).write_text(text)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         self._metrics.write(json.dumps(record) + "\n")

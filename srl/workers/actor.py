@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from srl.api.graph import Port
 from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
@@ -15,6 +16,13 @@ from srl.workers.env_ring import EnvRing
 
 
 class ActorWorker(Worker):
+    """Runs an env ring; asks a policy worker to act (`inference` connected) or acts itself
+    with the newest parameters (`parameters` connected); pushes trajectories to `samples`."""
+
+    ports = {"samples": Port("samples", "produce"), "inference": Port("inference", "produce", optional=True),
+             "parameters": Port("parameters", "consume", optional=True)}
+    counters = ("env_steps", "episode_returns")
+
     def setup(self) -> None:
         s = self.spec.settings
         actors = s["actors"]
@@ -25,7 +33,7 @@ class ActorWorker(Worker):
         self.inference: InferenceClient
         # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
         policy = make_policy(s["policy"], *slots[0].spaces)
-        if actors["inference"] == "inline":
+        if "inference" not in self.spec.streams:
             params = self.spec.streams["parameters"]
             subscriber = open_subscriber(self.ctx, params.key, params.transport)
             version, weights, _ = subscriber.wait()

@@ -1,7 +1,11 @@
 """The worker shell: a loop, a control link to the controller, heartbeats, a clean exit.
 
 A worker kind implements `setup()`, `poll()` (one short unit of work that returns
-without blocking for long) and `teardown()`, and reports numbers from `stats()`.
+without blocking for long) and `teardown()`, and reports numbers from `stats()`. It
+declares, as class attributes, the stream ends it has (`ports`), how the controller
+replaces it (`supervision`), which of its stats add up to the run's totals (`counters`)
+and, optionally, a pydantic `Config` for its group's settings. A graph names the kind by
+import path (`mypkg.workers:MyWorker`); nothing registers it.
 The shell sends a heartbeat with those stats every `heartbeat_s`; the controller's
 answer says whether to keep going. No answer for `orphan_timeout_s` means the
 controller is gone, and the worker exits on its own rather than linger as an orphan.
@@ -24,8 +28,9 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from srl.api.graph import Port, Supervision
 from srl.streams.link import LinkClient, StreamContext, Transport
 from srl.streams.names import DirectoryNameService, NameService
 
@@ -63,6 +68,9 @@ class StreamEnd:
 
     key: str
     transport: Transport
+    #: More ends a producer writes the same messages to (a broadcast's network end, which
+    #: relays on other hosts read).
+    copies: list[StreamEnd] = field(default_factory=list)
 
 
 @dataclass
@@ -70,8 +78,12 @@ class WorkerSpec:
     """Everything a worker needs, and nothing more: its own sections of the config."""
 
     name: str
+    #: The kind as the graph names it (a short name or an import path).
     kind: str
+    #: Its place in its group: the group's name, its index there (rank), the group's size.
+    group: str
     index: int
+    group_size: int
     seed: int
     #: Per-kind settings (plain dicts from the validated config sections this worker uses).
     settings: dict[str, Any]
@@ -83,6 +95,10 @@ class WorkerSpec:
     #: The controller's PID when it runs on this worker's host: its death stops the worker at once.
     controller_pid: int | None = None
     placement: dict[str, Any] = field(default_factory=dict)
+    #: Start from the run's last checkpoint (a resumed run, or a restart that asks for it).
+    resume: bool = False
+    #: How many times its group has been restarted as a whole (fresh rendezvous keys for each).
+    generation: int = 0
 
 
 @dataclass
@@ -117,6 +133,13 @@ class ContextSpec:
 
 
 class Worker(ABC):
+    #: The stream ends this kind has, by port name; a graph joins each to a named stream.
+    ports: ClassVar[dict[str, Port]] = {}
+    #: How the controller replaces a worker of this kind that died or hung.
+    supervision: ClassVar[Supervision] = Supervision()
+    #: Stats that add up to the run's totals (`env_steps`, `trained_steps`, `episode_returns`).
+    counters: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, spec: WorkerSpec, ctx: StreamContext) -> None:
         self.spec = spec
         self.ctx = ctx

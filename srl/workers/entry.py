@@ -11,18 +11,8 @@ from pathlib import Path
 
 import torch
 
-from srl.workers.actor import ActorWorker
-from srl.workers.base import SHIPPED_LOG, ContextSpec, Worker, WorkerSpec
-from srl.workers.policy_worker import PolicyWorker
-from srl.workers.relay import RelayWorker
-from srl.workers.trainer import TrainerWorker
-
-WORKER_KINDS: dict[str, type[Worker]] = {
-    "actor": ActorWorker,
-    "policy": PolicyWorker,
-    "trainer": TrainerWorker,
-    "relay": RelayWorker,
-}
+from srl.api.registry import WORKERS
+from srl.workers.base import SHIPPED_LOG, ContextSpec, WorkerSpec
 
 
 def _die_with_parent() -> None:
@@ -72,7 +62,7 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     torch.set_num_threads(spec.placement.get("threads", 1))  # see `Placement.threads`
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
-    worker = WORKER_KINDS[spec.kind](spec, ctx)
+    worker = WORKERS.resolve(spec.kind)(spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     logging.info("starting %s (pid %d, nice %d, %d torch threads)", spec.name, os.getpid(), os.nice(0),

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.graph import Port
 from srl.data import keys
 from srl.data.named_array import concat
 from srl.streams.inference import InferenceServer, serve
@@ -22,6 +23,8 @@ from srl.api.env import spaces_of
 
 
 class PolicyWorker(Worker):
+    ports = {"inference": Port("inference", "consume"), "parameters": Port("parameters", "consume")}
+
     def setup(self) -> None:
         s = self.spec.settings
         env = make_env(s["env"])

@@ -9,11 +9,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from srl.api.graph import Port
 from srl.streams.parameters import open_publisher, open_subscriber
 from srl.workers.base import Worker
 
 
 class RelayWorker(Worker):
+    ports = {"source": Port("parameters", "consume"), "sink": Port("parameters", "produce")}
+
     def setup(self) -> None:
         source, self.sink = self.spec.streams["source"], self.spec.streams["sink"]
         self.subscriber = open_subscriber(self.ctx, source.key, source.transport)

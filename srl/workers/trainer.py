@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.parameters import FanOut, open_publisher
@@ -27,6 +28,12 @@ from srl.api.env import spaces_of
 
 
 class TrainerWorker(Worker):
+    ports = {"samples": Port("samples", "consume"), "parameters": Port("parameters", "produce")}
+    # Data-parallel trainers wait on each other in every gradient exchange: they restart
+    # together, from the last checkpoint.
+    supervision = Supervision(scope="group", from_checkpoint=True)
+    counters = ("trained_steps",)
+
     def setup(self) -> None:
         s = self.spec.settings
         torch.manual_seed(self.spec.seed)
@@ -39,20 +46,20 @@ class TrainerWorker(Worker):
         self.checkpoint_every_s = s["checkpoint"]["every_s"]
         self.keep = s["checkpoint"]["keep"]
         self.env_steps_at_start = 0
-        path = checkpoint.latest(self.checkpoint_dir) if s.get("resume") else None
+        path = checkpoint.latest(self.checkpoint_dir) if self.spec.resume else None
         state = checkpoint.load(path) if path is not None else None
         if state is not None:
             self.policy.load_state_dict(state["policy"])
             self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0)
-        self.rank, world_size = s["trainers"].get("rank", 0), s["trainers"]["count"]
+        self.rank, world_size = self.spec.index, self.spec.group_size
         self.ddp = None
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
-                                    generation=s["trainers"].get("generation", 0))
+                                    generation=self.spec.generation)
             self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
-            ends = [self.spec.streams[k] for k in ("parameters", "parameters_net") if k in self.spec.streams]
+            ends = [self.spec.streams["parameters"], *self.spec.streams["parameters"].copies]
             self.publisher = FanOut([open_publisher(self.ctx, end.key, end.transport) for end in ends])
             # Publish before building the algorithm: the first optimiser import takes most of
             # a second, and the actors can sample meanwhile.
@@ -79,7 +86,8 @@ class TrainerWorker(Worker):
         while got is not None:
             _, batch = got
             steps = batch[keys.REWARD][:-1].size
-            if self.policy.version - int(batch[keys.VERSION].min()) > self.max_staleness:
+            stale = self.policy.version - int(batch[keys.VERSION].min()) > self.max_staleness
+            if stale and not self.algorithm.corrects_staleness:
                 self.dropped_stale += steps
             else:
                 self.buffer.append(batch)

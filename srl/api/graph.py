@@ -1,0 +1,229 @@
+"""The worker graph as data: groups of workers joined by named streams.
+
+An experiment is a graph. A *group* is `count` workers of one *kind* (a class found by
+import path, like envs, policies and algorithms); each worker kind declares its *ports*,
+the stream ends it has. A group joins a port to a named *stream*; every group whose port
+names the same stream is on it, as a producer or a consumer according to the port.
+
+    Graph({
+        "trainer": Group(kind="trainer", streams={"samples": "samples", "parameters": "parameters"}),
+        "actor":   Group(kind="actor", count=4, streams={"samples": "samples", "parameters": "parameters"}),
+    })
+
+How a stream's ends connect follows from its kind (`STREAM_KINDS`): samples and inference
+are *sharded* (each consumer owns an endpoint; producer i talks to consumer i mod n),
+parameters are *broadcast* (one group publishes; every consumer reads the newest). An
+algorithm brings its default graph (`Algorithm.graph`); the config's `workers:` section
+overrides a group's count, placement and settings, or adds groups of any kind. Which
+transport each stream uses is decided later, from where the launcher put its ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from srl.api.config import SAMPLER_NICE, ConfigError, ExperimentConfig, GroupOverride, Placement
+from srl.api.registry import ALGORITHMS, WORKERS, RegistryError
+
+StreamKind = Literal["inference", "samples", "parameters"]
+
+#: How the ends of each stream kind connect.
+STREAM_KINDS: dict[str, Literal["sharded", "broadcast"]] = {
+    "inference": "sharded",   # producer: an actor asking; consumer: a policy worker answering
+    "samples": "sharded",     # producer: pushes trajectories (with backpressure); consumer: pulls them
+    "parameters": "broadcast",  # producer: one publisher (rank 0 of its group); consumers: subscribers
+}
+
+
+class GraphError(ValueError):
+    """A graph that cannot be wired: one line naming the group, port or stream."""
+
+
+@dataclass(frozen=True)
+class Port:
+    """One stream end a worker kind has: which kind of stream, and which side of it."""
+
+    stream: StreamKind
+    role: Literal["produce", "consume"]
+    #: An optional port may be left unconnected (an actor reads parameters only with inline inference).
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """How the controller replaces a worker of this kind that died or hung."""
+
+    #: `worker`: only the failed worker; `group`: its whole group (peers that wait on each other).
+    scope: Literal["worker", "group"] = "worker"
+    #: The replacement starts from the run's last checkpoint instead of fresh.
+    from_checkpoint: bool = False
+
+
+class Group(BaseModel):
+    """`count` workers of one kind, where they run, what they are told, which streams they join."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: A short name (`actor`, `policy`, `trainer`, `relay`) or `package.module:Class` of a worker kind.
+    kind: str
+    count: PositiveInt = 1
+    placement: Placement = Placement()
+    #: The kind's own settings (validated against the kind's `Config` when it declares one).
+    settings: dict[str, Any] = {}
+    #: Port name -> stream name.
+    streams: dict[str, str] = {}
+
+
+class Graph(BaseModel):
+    """Groups by name, in start order (consumers before their producers keeps start-up quick)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    groups: dict[str, Group]
+
+    def stream_ends(self, ports_of: Mapping[str, Mapping[str, Port]]) -> dict[str, dict[str, list[tuple[str, str]]]]:
+        """{stream: {"kind": ..., "produce": [(group, port)], "consume": [(group, port)]}}, checked.
+
+        `ports_of` maps each group's kind to the ports it declares. Raises `GraphError`.
+        """
+        streams: dict[str, dict[str, Any]] = {}
+        for name, group in self.groups.items():
+            ports = ports_of[group.kind]
+            for port, stream in group.streams.items():
+                if port not in ports:
+                    raise GraphError(f"workers.{name}.streams: kind {group.kind!r} has no port {port!r} "
+                                     f"(its ports: {', '.join(ports) or 'none'})")
+                declared = ports[port]
+                entry = streams.setdefault(stream, {"kind": declared.stream, "produce": [], "consume": []})
+                if entry["kind"] != declared.stream:
+                    raise GraphError(f"workers.{name}.streams.{port}: stream {stream!r} is a {entry['kind']} stream; "
+                                     f"this port takes a {declared.stream} stream")
+                entry[declared.role].append((name, port))
+            for port, declared in ports.items():
+                if not declared.optional and port not in group.streams:
+                    raise GraphError(f"workers.{name}.streams: port {port!r} ({declared.stream}) is not connected")
+        for stream, entry in streams.items():
+            for role in ("produce", "consume"):
+                if not entry[role]:
+                    side = "produces" if role == "produce" else "consumes"
+                    raise GraphError(f"stream {stream!r}: no group {side} it "
+                                     f"(on it: {', '.join(g for g, _ in entry['produce'] + entry['consume'])})")
+            if STREAM_KINDS[entry["kind"]] == "broadcast" and len(entry["produce"]) > 1:
+                raise GraphError(f"stream {stream!r}: a parameters stream has one publishing group, not "
+                                 f"{', '.join(g for g, _ in entry['produce'])}")
+        return streams
+
+
+def apply_overrides(graph: Graph, overrides: Mapping[str, GroupOverride]) -> Graph:
+    """The graph with the config's `workers:` entries applied (settings merge key by key)."""
+    groups = dict(graph.groups)
+    for name, change in overrides.items():
+        given = change.model_dump(exclude_none=True)
+        if name not in groups:
+            if "kind" not in given:
+                raise GraphError(f"workers.{name}.kind: required for a new group (the graph has "
+                                 f"{', '.join(groups)})")
+            groups[name] = Group(**given)
+            continue
+        if "settings" in given:
+            given["settings"] = {**groups[name].settings, **given["settings"]}
+        if change.placement is not None:  # only the fields the override names
+            given["placement"] = groups[name].placement.model_copy(
+                update=change.placement.model_dump(exclude_unset=True))
+        groups[name] = groups[name].model_copy(update=given)
+    return Graph(groups=groups)
+
+
+def on_policy_graph(config: ExperimentConfig) -> Graph:
+    """Actors -> trainers, parameters back: to policy workers (remote inference) or to the actors.
+
+    Each group is told only its own sections of the config. Samplers (actors, policy
+    workers) yield the CPU to trainers unless their placement sets `nice`.
+    """
+    c = config
+    remote = c.actors.inference == "remote"
+    env, policy = c.env.model_dump(), c.policy.model_dump()
+    groups = {"trainer": Group(
+        kind="trainer", count=c.trainers.count, placement=_niced(c.trainers.placement, 0),
+        settings={"env": env, "policy": policy, "algorithm": c.algorithm.model_dump(),
+                  "trainers": c.trainers.model_dump(), "checkpoint": c.checkpoint.model_dump(),
+                  "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
+        streams={"samples": "samples", "parameters": "parameters"})}
+    if remote:
+        groups["policy"] = Group(
+            kind="policy", count=c.policy_workers.count, placement=_niced(c.policy_workers.placement, SAMPLER_NICE),
+            settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
+            streams={"inference": "inference", "parameters": "parameters"})
+    groups["actor"] = Group(
+        kind="actor", count=c.actors.count, placement=_niced(c.actors.placement, SAMPLER_NICE),
+        settings={"env": env, "policy": policy, "actors": c.actors.model_dump(), "sample_slots": c.streams.sample_slots},
+        streams={"samples": "samples", **({"inference": "inference"} if remote else {"parameters": "parameters"})})
+    return Graph(groups=groups)
+
+
+def _niced(placement: Placement, default_nice: int) -> Placement:
+    """The placement with `nice` resolved (unset: the group's default)."""
+    return placement if placement.nice is not None else placement.model_copy(update={"nice": default_nice})
+
+
+@dataclass
+class ResolvedGraph:
+    """A checked graph: its groups, the class of every kind, and each stream's ends."""
+
+    graph: Graph
+    kinds: dict[str, Any]
+    streams: dict[str, dict[str, Any]]
+
+    def describe(self) -> dict[str, Any]:
+        """The graph as plain data, for the run directory and `srl status`."""
+        return {"groups": {name: {"kind": g.kind, "count": g.count, "streams": g.streams,
+                                  "placement": g.placement.model_dump(exclude_defaults=True)}
+                           for name, g in self.graph.groups.items()},
+                "streams": {name: {"kind": s["kind"], "producers": sorted({g for g, _ in s["produce"]}),
+                                   "consumers": sorted({g for g, _ in s["consume"]})}
+                            for name, s in self.streams.items()}}
+
+
+def resolve(config: ExperimentConfig) -> ResolvedGraph:
+    """The experiment's graph: the algorithm's default with the config's `workers:` applied,
+    every kind resolved, its settings validated, every stream checked. Raises `ConfigError`."""
+    algorithm = ALGORITHMS.resolve(config.algorithm.type)
+    default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
+    try:
+        graph = apply_overrides(default, config.workers)
+    except (GraphError, pydantic.ValidationError) as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    kinds: dict[str, Any] = {}
+    for name, group in graph.groups.items():
+        try:
+            kind = kinds.setdefault(group.kind, WORKERS.resolve(group.kind))
+        except RegistryError as exc:
+            raise ConfigError(f"workers.{name}.kind: {exc}") from None
+        if not isinstance(getattr(kind, "ports", None), Mapping):
+            raise ConfigError(f"workers.{name}.kind: {group.kind!r} is not a worker kind (no `ports`; subclass "
+                              "srl.workers.base.Worker)")
+        model = getattr(kind, "Config", None)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            try:
+                group.settings = model.model_validate(group.settings).model_dump()
+            except pydantic.ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in ("workers", name, "settings", *first["loc"]))
+                raise ConfigError(f"{where}: {first['msg']}") from None
+    try:
+        streams = graph.stream_ends({k: cls.ports for k, cls in kinds.items()})
+    except GraphError as exc:
+        raise ConfigError(str(exc)) from None
+    for stream, ends in streams.items():
+        if STREAM_KINDS[ends["kind"]] == "sharded":
+            consumers = sum(graph.groups[g].count for g, _ in ends["consume"])
+            producers = sum(graph.groups[g].count for g, _ in ends["produce"])
+            if consumers > producers:
+                raise ConfigError(f"stream {stream!r}: {consumers} consumers cannot share {producers} producers "
+                                  "(each consumer serves at least one producer)")
+    return ResolvedGraph(graph, kinds, streams)

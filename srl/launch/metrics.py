@@ -1,0 +1,83 @@
+"""The run's numbers: totals over workers, the window of episode returns, the stop rules.
+
+Which worker's stats count toward which total is its kind's declaration
+(`Worker.counters`): actors count env steps and episode returns, trainers the env steps
+they learned from. A replaced worker's totals are kept, so a restart loses no count.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from typing import Any
+
+from srl.api.config import StopConfig
+from srl.launch.supervision import WorkerState
+
+#: Episodes in the window whose mean return the stop rule and the reports read.
+RETURN_WINDOW = 100
+
+
+class RunMetrics:
+    def __init__(self, env_steps_at_start: int = 0) -> None:
+        self.env_steps_at_start = env_steps_at_start
+        self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        #: Totals of workers that were replaced (their successors count from zero).
+        self.retired: collections.Counter[str] = collections.Counter()
+        self.frozen = False
+
+    def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
+        """A worker's newest stats; its finished episodes join the window (until the run stops)."""
+        returns = stats.pop("episode_returns", [])
+        if "episode_returns" in worker.counters and not self.frozen:
+            self.returns.extend(float(r) for r in returns)
+        worker.stats = stats
+
+    def freeze(self) -> None:
+        """The run is stopping: the summary reports the window that met the stop condition."""
+        self.frozen = True
+
+    def retire(self, worker: WorkerState) -> None:
+        for counter in worker.counters:
+            if counter != "episode_returns":
+                self.retired[counter] += int(worker.stats.get(counter, 0))
+
+    def total(self, counter: str, workers: Iterable[WorkerState]) -> int:
+        live = sum(int(w.stats.get(counter, 0)) for w in workers if counter in w.counters)
+        return self.retired[counter] + live + (self.env_steps_at_start if counter == "env_steps" else 0)
+
+    @property
+    def return_mean(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def record(self, workers: list[WorkerState], elapsed: float, fps: float) -> dict[str, Any]:
+        """One line of metrics.jsonl."""
+        train = next((w.stats["train"] for w in workers if w.stats.get("train")), {})
+        return {"time_s": round(elapsed, 3), "env_steps": self.total("env_steps", workers), "fps": round(fps, 1),
+                "episode_return_mean": self.return_mean, "episodes": len(self.returns),
+                "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
+                "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train}
+
+
+def policy_version(workers: Iterable[WorkerState]) -> int:
+    """The newest version any worker holds (the publishing trainer's)."""
+    return max((int(w.stats.get("policy_version") or 0) for w in workers), default=0)
+
+
+class StopRules:
+    """The config's `stop:` section: whichever condition is met first."""
+
+    def __init__(self, stop: StopConfig) -> None:
+        self.stop = stop
+
+    def reason(self, metrics: RunMetrics, env_steps: int, elapsed: float) -> str | None:
+        stop = self.stop
+        if stop.env_steps is not None and env_steps >= stop.env_steps:
+            return f"env_steps reached {stop.env_steps}"
+        if stop.time_s is not None and elapsed >= stop.time_s:
+            return f"time_s reached {stop.time_s}"
+        mean = metrics.return_mean
+        if (stop.episode_return is not None and len(metrics.returns) >= min(RETURN_WINDOW, 10)
+                and mean is not None and mean >= stop.episode_return):
+            return f"episode_return_mean {mean:.1f} >= {stop.episode_return}"
+        return None

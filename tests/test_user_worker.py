@@ -1,0 +1,90 @@
+"""A worker kind written outside srl, named by import path in a config, in a real run.
+
+The kind is `examples/user_worker/weight_watcher.py`; the config is the example beside it.
+Nothing is registered: the run finds the class through PYTHONPATH, as a user's would.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import kill_run, srl_command
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+KIND = "user_worker.weight_watcher:WeightWatcher"
+
+
+def _status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _watcher(run_dir: Path) -> dict | None:
+    return next((w for w in _status(run_dir).get("workers", []) if w["name"] == "watcher.0"), None)
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"run ended while waiting for {what}: {process.stderr.read()[-2000:]}")
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        srl_command("train", str(EXAMPLES / "user_worker" / "cartpole-watched.yaml"), "--run-dir", str(run_dir),
+                    "stop.episode_return=null", "stop.time_s=25", "log.tensorboard=false"),
+        cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def watching():
+            w = _watcher(run_dir)
+            return w if w and w["state"] == "running" and w["stats"].get("versions_seen", 0) >= 2 else None
+
+        victim = _wait_for(watching, 90, "the watcher to see two versions", process)
+        assert victim["kind"] == KIND and victim["group"] == "watcher"
+        assert victim["stats"]["weight_norm"] > 0
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def replaced():
+            w = _watcher(run_dir)
+            return w if (w and w["restarts"] == 1 and w["pid"] != victim["pid"] and w["state"] == "running"
+                         and w["stats"].get("versions_seen", 0) >= 1) else None
+
+        _wait_for(replaced, 60, "the watcher replaced", process)
+        process.wait(timeout=120)
+        assert process.returncode == 0, process.stderr.read()[-2000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"].startswith("time_s") and "errors" not in summary, summary
+        status = _status(run_dir)
+        assert status["graph"]["groups"]["watcher"]["kind"] == KIND
+        assert status["graph"]["streams"]["parameters"]["consumers"] == ["actor", "watcher"]
+        assert "kind: " + KIND in (run_dir / "graph.yaml").read_text()
+        assert "weight norm" in (run_dir / "logs" / "watcher.0.log").read_text()
+    finally:
+        kill_run(process, run_dir)
+
+
+def test_a_bad_setting_of_a_users_kind_is_one_config_error_before_launch(run_srl, tmp_path):
+    result = subprocess.run(
+        srl_command("train", str(EXAMPLES / "user_worker" / "cartpole-watched.yaml"), "--run-dir", str(tmp_path / "r"),
+                    "workers.watcher.settings.log_every=0"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLES)})
+    assert result.returncode == 2, result.stderr
+    assert "workers.watcher.settings.log_every" in result.stderr
+    assert not (tmp_path / "r" / "status.json").exists()

@@ -115,7 +115,7 @@ class PPO(Algorithm):
         if c.normalize_rewards:
             self.return_scale.update(discounted_returns(reward, terminated | truncated, c.gamma))
             reward = reward / np.float32(np.sqrt(self.return_scale.var) + 1e-8)
-        advantages, returns = gae(reward, value, terminated, truncated, c.gamma, c.gae_lambda)
+        advantages, returns = self.targets(batch, reward, value, terminated, truncated)
         if c.anneal_lr_steps is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = c.lr * max(0.0, 1.0 - self.trained_steps / c.anneal_lr_steps)
@@ -172,6 +172,15 @@ class PPO(Algorithm):
         means = torch.stack(list(stats.values())).tolist()
         return dict(zip(stats, means))
 
+    def targets(self, batch: NamedArray, reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advantages and value targets of rows 0..T-1: GAE over the values the actors recorded.
+
+        The one place an off-policy variant changes (APPO: V-trace under the current policy).
+        """
+        c: PPOConfig = self.config
+        return gae(reward, value, terminated, truncated, c.gamma, c.gae_lambda)
+
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "return_scale": vars(self.return_scale),
                 "trained_steps": self.trained_steps}
@@ -180,6 +189,13 @@ class PPO(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         vars(self.return_scale).update(state.get("return_scale", {}))
         self.trained_steps = state.get("trained_steps", 0)
+
+
+def episode_starts(terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+    """True where a row begins a new episode: the row after one whose episode ended."""
+    starts = np.zeros(terminated.shape, bool)
+    starts[1:] = terminated[:-1] | truncated[:-1]
+    return starts
 
 
 class Minibatches:
@@ -208,9 +224,7 @@ class Minibatches:
             self.columns = {k: flat(v) for k, v in per_row.items()}
             self.units = int(keep.sum())
         else:
-            done = rows[keys.TERMINATED] | rows[keys.TRUNCATED]
-            starts = np.zeros((T, B), bool)
-            starts[1:] = done[:-1]  # the row after an episode's last one begins the next episode
+            starts = episode_starts(rows[keys.TERMINATED], rows[keys.TRUNCATED])
             self.obs = {k: tensor(v) for k, v in rows[keys.OBS].items_flat()}
             self.columns = {k: tensor(v) for k, v in per_row.items()}
             self.first_state = {k: tensor(v[0]) for k, v in batch[keys.RNN_STATE].items_flat()}

@@ -1,8 +1,9 @@
 """The trainer worker: samples in, `algorithm.step(batch)` out, parameters published.
 
 The buffer is on-policy with a staleness bound: a trajectory whose oldest action came
-from a policy more than `max_staleness` versions behind is dropped (and counted).
-Reuse of each sample is bounded by the algorithm (PPO's epochs).
+from a policy more than `max_staleness` versions behind is dropped (and counted), unless
+the algorithm corrects for staleness (`Algorithm.corrects_staleness`, V-trace), which
+learns from every sample. Reuse of each sample is bounded by the algorithm (PPO's epochs).
 """
 
 from __future__ import annotations

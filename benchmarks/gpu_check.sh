@@ -7,8 +7,9 @@
 #
 #   bash benchmarks/gpu_check.sh OUT_DIR [PONG_SECONDS] [DEVICE]
 #
-# Each run's summary.json and metrics.jsonl are copied to OUT_DIR; results.txt lists them.
-# DEVICE defaults to cuda (`cpu` rehearses the script on a machine without a GPU).
+# OUT_DIR/results.txt gets every run's summary (and its error's tail), OUT_DIR/NAME.metrics.jsonl
+# its metrics. DEVICE defaults to cuda (`cpu` rehearses the script on a machine without a GPU);
+# SAMPLING_ACTORS="" skips the sampling sweep.
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR [PONG_SECONDS] [DEVICE]}
 PONG_S=${2:-300}
@@ -19,14 +20,15 @@ RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 QUIET=(log.progress=false log.tensorboard=false)
 
-run() {  # run NAME ARGS...: one srl train, its summary and metrics kept as OUT/NAME.*
+run() {  # run NAME ARGS...: one srl train; its summary goes to results.txt, its metrics to OUT/NAME.metrics.jsonl
     local name=$1; shift
     local start=$SECONDS
-    timeout 900 "$PY" -m srl.cli train "$@" --run-dir "$RUNS/$name" "${QUIET[@]}" > "$OUT/$name.out" 2> "$OUT/$name.err"
+    timeout 900 "$PY" -m srl.cli train "$@" --run-dir "$RUNS/$name" "${QUIET[@]}" > "$RUNS/$name.out" 2> "$RUNS/$name.err"
     local code=$?
-    cp "$RUNS/$name/summary.json" "$OUT/$name.summary.json" 2>/dev/null
     cp "$RUNS/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
-    echo "$name exit=$code wall=$((SECONDS - start))s $(tr -d '\n ' < "$OUT/$name.summary.json" 2>/dev/null)" | tee -a "$OUT/results.txt"
+    echo "$name exit=$code wall=$((SECONDS - start))s $(tr -d '\n' < "$RUNS/$name/summary.json" 2>/dev/null)" >> "$OUT/results.txt"
+    [ $code -eq 0 ] || tail -20 "$RUNS/$name.err" >> "$OUT/results.txt"
+    tail -1 "$OUT/results.txt"
 }
 
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
@@ -37,7 +39,7 @@ run cartpole-ppo-gpu cartpole-ppo actors.inference=remote actors.ring_size=2 act
     policy_workers.device="$DEVICE" trainers.device="$DEVICE" stop.env_steps=3000000
 run cartpole-appo-gpu cartpole-appo trainers.device="$DEVICE" stop.env_steps=3000000
 
-for actors in 2 4 8 $((CORES - 2)); do
+for actors in ${SAMPLING_ACTORS-2 4 8 $((CORES - 2))}; do
     run "sampling-$actors" cartpole-ppo algorithm.type=noop algorithm.args={} actors.count="$actors" \
         stop.episode_return=null stop.env_steps=null stop.time_s=12
 done

@@ -30,7 +30,7 @@ import numpy as np
 import pydantic
 import torch
 
-from srl.algorithms.ppo import PPO, PPOConfig, episode_starts
+from srl.algorithms.ppo import PPO, PPOConfig, episode_starts, training_device
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -73,7 +73,8 @@ def vtrace(reward: np.ndarray, value: np.ndarray, log_rho: np.ndarray, terminate
 def current_estimates(policy: Policy, batch: NamedArray) -> tuple[np.ndarray, np.ndarray]:
     """Log-prob of each row's taken action and the value of each row, [T + 1, B], under the
     policy as it is now: whole columns, so a recurrent policy unrolls them as in training."""
-    tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x))  # noqa: E731
+    device = training_device(list(policy.parameters()))
+    tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x), device=device)  # noqa: E731
     inputs = {keys.OBS: {k: tensor(v) for k, v in batch[keys.OBS].items_flat()},
               keys.ACTION: tensor(batch[keys.ACTION])}
     if keys.RNN_STATE in batch:

@@ -20,6 +20,7 @@ from srl.envs.slots import EnvSlot
 from srl.models.actor_critic import ActorCriticPolicy
 from srl.streams.inference import serve
 from srl.workers.env_ring import EnvRing
+from test_ppo import sample_batch
 
 
 # ---------------------------------------------------------------------------- V-trace, element by element
@@ -214,16 +215,7 @@ def test_appo_is_registered_and_its_trainers_keep_stale_samples():
 def rewarded_action_batch(behaviour: ActorCriticPolicy, T: int = 8, B: int = 6, seed: int = 0) -> NamedArray:
     """Rows acted by `behaviour` on random observations; action 0 earns 1."""
     rng = np.random.default_rng(seed)
-    obs = NamedArray({keys.OBS: rng.standard_normal((T + 1, B, 3)).astype(np.float32)})
-    out = behaviour.rollout(obs.map(lambda x: x.reshape(-1, *x.shape[2:])), NamedArray())
-    batch = NamedArray({keys.OBS: obs})
-    for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
-        batch[k] = out[k].reshape(T + 1, B, *out[k].shape[1:])
-    batch[keys.REWARD] = (batch[keys.ACTION] == 0).astype(np.float32)
-    batch[keys.TERMINATED] = np.zeros((T + 1, B), bool)
-    batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
-    batch[keys.VERSION] = np.full((T + 1, B), behaviour.version, np.int64)
-    return batch
+    return sample_batch(behaviour, T, B, NamedArray({keys.OBS: rng.standard_normal((T + 1, B, 3)).astype(np.float32)}))
 
 
 def test_appo_learns_from_samples_acted_several_versions_ago():
@@ -259,17 +251,3 @@ def test_cartpole_appo_reaches_475_learning_from_every_stale_sample(run_srl, tmp
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records and all(r["dropped_stale"] == 0 for r in records)
     assert max(r["train"].get("version_lag", 0) for r in records) > 1  # what a bound of 1 would have dropped
-
-
-@pytest.mark.integration
-def test_pong_appo_runs(run_srl, tmp_path):
-    """The bundled Pong config, a few hundred steps (no learning asserted), as test_atari runs pong-ppo."""
-    pytest.importorskip("ale_py", reason="the atari extra is not installed (pip install -e '.[atari]')")
-    pytest.importorskip("cv2", reason="the atari extra is not installed (pip install -e '.[atari]')")
-    run_dir = tmp_path / "run"
-    result = run_srl("train", "pong-appo", "--run-dir", str(run_dir), "actors.ring_size=2", "actors.envs_per_slot=2",
-                     "actors.trajectory_length=16", "trainers.batch_steps=64", "stop.env_steps=400",
-                     "log.tensorboard=false", "log.progress=false", timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] >= 400 and summary["policy_version"] >= 1, summary

@@ -72,10 +72,11 @@ def test_rewards_clipped_for_training_true_score_reported():
 
 
 @pytest.mark.integration
-def test_pong_local_run(run_srl, tmp_path):
+@pytest.mark.parametrize("config", ["pong-ppo", "pong-appo"])
+def test_pong_local_run(run_srl, tmp_path, config):
     """Actor + policy worker + trainer with the Nature CNN on Pong, a few hundred steps (no learning asserted)."""
     run_dir = tmp_path / "run"
-    result = run_srl("train", "pong-ppo", "--run-dir", str(run_dir), "actors.ring_size=2", "actors.envs_per_slot=2",
+    result = run_srl("train", config, "--run-dir", str(run_dir), "actors.ring_size=2", "actors.envs_per_slot=2",
                      "actors.trajectory_length=16", "trainers.batch_steps=64", "stop.env_steps=400",
                      "log.tensorboard=false", "log.progress=false", timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]

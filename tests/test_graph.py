@@ -71,6 +71,12 @@ def test_config_overrides_a_groups_count_and_placement_and_adds_a_group_by_impor
     assert resolve(config).describe()["streams"]["parameters"]["consumers"] == ["actor", "watcher"]
 
 
+def test_a_settings_override_merges_nested_sections_key_by_key():
+    config = _config(workers={"trainer": {"settings": {"trainers": {"batch_steps": 512}}}})
+    trainers = resolve(config).graph.groups["trainer"].settings["trainers"]
+    assert trainers["batch_steps"] == 512 and trainers["max_staleness"] == config.trainers.max_staleness
+
+
 @pytest.mark.parametrize("workers, message", [
     ({"watcher": {"streams": {"parameters": "parameters"}}}, "workers.watcher.kind: required"),
     ({"watcher": {"kind": "tests.test_graph:Nope"}}, "workers.watcher.kind:"),

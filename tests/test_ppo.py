@@ -88,8 +88,9 @@ def test_gae_bootstraps_truncation_but_not_termination():
     np.testing.assert_allclose(adv, ret - value[:2])
 
 
-def sample_batch(policy: ActorCriticPolicy, T: int = 8, B: int = 6) -> NamedArray:
-    obs = obs_batch(T + 1, B)
+def sample_batch(policy: ActorCriticPolicy, T: int = 8, B: int = 6, obs: NamedArray | None = None) -> NamedArray:
+    """Rows acted by `policy` (on `obs` [T + 1, B, ...], or fixed random ones); action 0 earns 1."""
+    obs = obs_batch(T + 1, B) if obs is None else obs
     out = policy.rollout(obs.map(lambda x: x.reshape(-1, *x.shape[2:])), NamedArray())
     batch = NamedArray({keys.OBS: obs})
     for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
@@ -98,7 +99,7 @@ def sample_batch(policy: ActorCriticPolicy, T: int = 8, B: int = 6) -> NamedArra
     batch[keys.REWARD] = (batch[keys.ACTION] == 0).astype(np.float32)
     batch[keys.TERMINATED] = np.zeros((T + 1, B), bool)
     batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
-    batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
+    batch[keys.VERSION] = np.full((T + 1, B), policy.version, np.int64)
     return batch
 
 

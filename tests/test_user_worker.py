@@ -48,7 +48,7 @@ def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
         srl_command("train", str(EXAMPLES / "user_worker" / "cartpole-watched.yaml"), "--run-dir", str(run_dir),
-                    "stop.episode_return=null", "stop.time_s=25", "log.tensorboard=false"),
+                    "stop.episode_return=null", "stop.time_s=120", "log.tensorboard=false"),
         cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         def watching():
@@ -66,10 +66,11 @@ def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path)
                          and w["stats"].get("versions_seen", 0) >= 1) else None
 
         _wait_for(replaced, 60, "the watcher replaced", process)
-        process.wait(timeout=120)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the run stops cleanly, as after any stop rule
+        process.wait(timeout=60)
         assert process.returncode == 0, process.stderr.read()[-2000:]
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("time_s") and "errors" not in summary, summary
+        assert summary["stop_reason"] == "interrupted" and "errors" not in summary, summary
         status = _status(run_dir)
         assert status["graph"]["groups"]["watcher"]["kind"] == KIND
         assert status["graph"]["streams"]["parameters"]["consumers"] == ["actor", "watcher"]

@@ -120,7 +120,7 @@ class Graph(BaseModel):
 
 
 def apply_overrides(graph: Graph, overrides: Mapping[str, GroupOverride]) -> Graph:
-    """The graph with the config's `workers:` entries applied (settings merge key by key)."""
+    """The graph with the config's `workers:` entries applied (settings merge key by key, nested too)."""
     groups = dict(graph.groups)
     for name, change in overrides.items():
         given = change.model_dump(exclude_none=True)
@@ -131,12 +131,20 @@ def apply_overrides(graph: Graph, overrides: Mapping[str, GroupOverride]) -> Gra
             groups[name] = Group(**given)
             continue
         if "settings" in given:
-            given["settings"] = {**groups[name].settings, **given["settings"]}
+            given["settings"] = _merged(groups[name].settings, given["settings"])
         if change.placement is not None:  # only the fields the override names
             given["placement"] = groups[name].placement.model_copy(
                 update=change.placement.model_dump(exclude_unset=True))
         groups[name] = groups[name].model_copy(update=given)
     return Graph(groups=groups)
+
+
+def _merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `change` applied key by key, nested mappings merged rather than replaced."""
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def on_policy_graph(config: ExperimentConfig) -> Graph:

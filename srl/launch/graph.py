@@ -14,7 +14,6 @@ stream is wired by its kind (`srl.api.graph.STREAM_KINDS`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from srl.api.graph import STREAM_KINDS, ResolvedGraph
 from srl.streams.link import Transport
@@ -98,8 +97,3 @@ def _broadcast(stream: str, producers: list[tuple[str, str]], readers: list[tupl
     for name, port in producers:
         ends[name][port] = published
     return [(near, net, end) for near, end in node_ends.values()]
-
-
-def describe_ends(specs: list[WorkerSpec]) -> dict[str, Any]:
-    """{worker: {port: transport}}, for status."""
-    return {spec.name: {port: end.transport for port, end in spec.streams.items()} for spec in specs}

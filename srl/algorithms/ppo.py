@@ -60,8 +60,8 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
     """Scale the gradients so that their joint L2 norm is at most `max_norm`.
 
     What `torch.nn.utils.clip_grad_norm_` does, in three foreach kernels without its
-    per-call grouping by device and dtype (55 -> 33 µs for a 64-64 actor-critic's 13 tensors,
-    once per minibatch).
+    per-call grouping by device and dtype, which costs a small network a noticeable share of
+    each minibatch (docs/benchmarks.md, "Measurements behind the code").
     """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
@@ -103,7 +103,7 @@ class PPO(Algorithm):
         super().__init__(policy, config)
         self.params = list(policy.parameters())
         self.device = training_device(self.params)
-        # Fused: one kernel for the whole update; 11-17% more env steps/s for the small MLPs here.
+        # Fused: one kernel for the whole update instead of several per parameter tensor.
         self.optimizer = torch.optim.Adam(self.params, lr=config.lr, eps=1e-5, fused=True)
         self.return_scale = RunningVariance()
         self.trained_steps = 0
@@ -122,13 +122,13 @@ class PPO(Algorithm):
                 group["lr"] = c.lr * max(0.0, 1.0 - self.trained_steps / c.anneal_lr_steps)
         self.trained_steps += reward.size
         # Kept as tensors, read once at the end: per-minibatch reads (and the ratio statistics,
-        # computed here over all minibatches at once) cost a tenth of a small network's step.
+        # computed here over all minibatches at once) each wait for the step's kernels.
         losses: dict[str, list[torch.Tensor]] = {"policy_loss": [], "value_loss": [], "entropy": []}
         log_ratios: list[torch.Tensor] = []
         minibatches = Minibatches(batch, advantages, returns, c.minibatches, self.device)
         # Without an entropy bonus the entropy is only reported: computing it (and its autograd
-        # graph) on every minibatch cost 5% of CartPole's learner, so it then comes from the
-        # step's last minibatch alone.
+        # graph) on every minibatch would cost the learner for nothing, so it then comes from
+        # the step's last minibatch alone.
         updates = c.epochs * len(minibatches)
         for epoch in range(c.epochs):
             for i, (inputs, rows_of) in enumerate(minibatches):

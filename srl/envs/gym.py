@@ -50,7 +50,8 @@ class GymEnv(Env):
         space = self.env.action_space
         if isinstance(space, gym.spaces.Discrete):
             # NumPy integers, not Python ints: Gymnasium's `Discrete.contains` (which CartPole
-            # asserts on every step) checks a Python int against np.iinfo, 0.4 µs more a step.
+            # asserts on every step) checks a Python int against np.iinfo, which costs more than
+            # the check itself on a fast env (docs/benchmarks.md, "Measurements behind the code").
             return list(actions.reshape(len(actions)))
         if isinstance(space, gym.spaces.Box):
             # A Gaussian policy samples past the bounds; clip here, at the env boundary, so the

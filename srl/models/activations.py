@@ -1,10 +1,10 @@
 """tanh for the MLP torsos, fast on a CPU.
 
-PyTorch's CPU `tanh` takes about 2.1 ns an element here (69 µs for a minibatch of 512 rows x
-64 units), against 0.23 ns for `sigmoid`: a 64-64 tanh MLP's learner spent a fifth of its
-time in it. Large inputs on a CPU therefore go through tanh(x) = 2 sigmoid(2x) - 1 (within
-2e-7 of `torch.tanh`), whose three extra kernels cost more than they save below about 8k
-elements (a 64-unit layer of 128 rows): acting batches of 8-64 rows keep `torch.tanh`.
+PyTorch's CPU `tanh` is about nine times slower an element than its `sigmoid`, enough that a
+small tanh MLP's learner spent a large share of its time in it. Large inputs on a CPU
+therefore go through tanh(x) = 2 sigmoid(2x) - 1 (within 2e-7 of `torch.tanh`), whose three
+extra kernels cost more than they save on small inputs: acting batches keep `torch.tanh`.
+The measurements are in docs/benchmarks.md ("Measurements behind the code").
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ class ActorCriticPolicy(Policy):
         """Tensors with the leading dims flattened to one; returns them and the leading shape."""
         out, shape = {}, ()
         for path, x in (obs.items_flat() if isinstance(obs, NamedArray) else obs.items()):
-            # from_numpy shares the array's memory without the checks of as_tensor (1.2 -> 0.5 µs)
+            # from_numpy shares the array's memory without as_tensor's checks (called every step)
             x = torch.from_numpy(x) if self._on_cpu and isinstance(x, np.ndarray) else torch.as_tensor(x, device=self.device)
             shape = tuple(x.shape[:lead])
             out[path] = x if lead == 1 else x.reshape(-1, *x.shape[lead:])

@@ -13,8 +13,8 @@ from torch import nn
 class Categorical:
     """A categorical over the last dim, given logits.
 
-    Not `torch.distributions.Categorical`: its construction and sampling cost about 25 µs per
-    call (33 µs against 9 µs here for a batch of 16), as much as the 64-64 MLP's forward pass.
+    Not `torch.distributions.Categorical`: its construction and argument checks cost as much
+    per call as a small MLP's forward pass (docs/benchmarks.md, "Measurements behind the code").
     Sampling is Gumbel-max: argmax(log p - log E), E ~ Exp(1).
     """
 
@@ -39,8 +39,8 @@ class DiagonalNormal:
     """A Gaussian over the last dim with a diagonal covariance, given its mean and log std.
 
     Not `torch.distributions.Normal` (per dim, summed by the caller): its broadcasting and
-    checks made the sample and log-prob of a 6-dim action cost 29 µs for a batch of 16, and
-    each extra op is also an extra node in the training step's backward pass.
+    checks cost more than the sample and log-prob themselves at acting batch sizes, and each
+    extra op is also an extra node in the training step's backward pass.
     """
 
     _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)

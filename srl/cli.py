@@ -11,6 +11,7 @@ from pathlib import Path
 from srl.api.config import (ConfigError, apply_overrides, bundled_configs, check_devices, read_config_file,
                             validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
+from srl.launch.tracking import check_wandb
 
 EXIT_CONFIG = 2
 
@@ -37,6 +38,7 @@ def _train(args: argparse.Namespace) -> int:
         LocalLauncher.prepare()
         config = validate_components(config)
         check_devices(config)
+        check_wandb(config.log.wandb)
         resolve_graph(config)  # the worker graph: kinds, their settings, every stream
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
@@ -49,7 +51,12 @@ def _train(args: argparse.Namespace) -> int:
     from srl.launch.controller import Controller  # heavy imports only once the config is valid
 
     print(f"srl: run directory {run_dir}", file=sys.stderr)
-    summary = Controller(config, run_dir, resume=bool(args.resume)).run()
+    try:
+        controller = Controller(config, run_dir, resume=bool(args.resume))
+    except ConfigError as exc:  # settings only checkable by starting them (a W&B login)
+        print(f"srl: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    summary = controller.run()
     print(json.dumps(summary, indent=1))
     return 0 if not summary.get("errors") else 1
 

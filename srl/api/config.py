@@ -116,10 +116,22 @@ class StopConfig(Section):
     episode_return: float | None = None
 
 
+class WandbConfig(Section):
+    """`log.wandb`: mirror the run to Weights & Biases (see docs/tracking.md)."""
+
+    project: str = "srl"
+    entity: str | None = None
+    #: Unset: `$WANDB_MODE` if set, else `online` (a user who names a project expects to see it
+    #: on wandb.ai). `offline` writes only under the run directory (`wandb sync` uploads it later).
+    mode: Literal["online", "offline", "disabled"] | None = None
+
+
 class LogConfig(Section):
     report_interval_s: float = Field(1.0, gt=0)
     tensorboard: bool = True
     progress: bool = True
+    #: Absent: no W&B. `log.wandb: {}` or any `log.wandb.<key>=...` override turns it on.
+    wandb: WandbConfig | None = None
 
 
 class CheckpointConfig(Section):

@@ -27,6 +27,7 @@ import yaml
 from srl.api.config import ExperimentConfig, dump
 from srl.api.graph import resolve
 from srl.api.registry import WORKERS
+from srl.launch import tracking
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
@@ -50,7 +51,8 @@ class Controller:
                  launcher: Launcher | None = None) -> None:
         self.config = config
         self.graph = resolve(config)
-        self.run_dir = RunDir(run_dir, config.log.tensorboard)
+        self.run_dir = RunDir(run_dir, config.log.tensorboard,
+                              tracking.start(config.log.wandb, run_dir, config.model_dump(mode="json")))
         self.run_dir.write_config(dump(config))
         self.run_dir.write_graph(yaml.safe_dump(self.graph.describe(), sort_keys=False))
         self.resume = resume

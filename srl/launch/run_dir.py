@@ -1,11 +1,15 @@
-"""A run on disk: config.yaml, metrics.jsonl, TensorBoard events, status.json, summary.json."""
+"""A run on disk: config.yaml, metrics.jsonl, TensorBoard events, status.json, summary.json;
+and their mirror in a W&B run when `log.wandb` is set (`srl.launch.tracking`)."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srl.launch.tracking import WandbTracker
 
 METRICS = "metrics.jsonl"
 STATUS = "status.json"
@@ -21,13 +25,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 class RunDir:
-    def __init__(self, path: str | Path, tensorboard: bool) -> None:
+    def __init__(self, path: str | Path, tensorboard: bool, tracker: WandbTracker | None = None) -> None:
         self.path = Path(path)
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(exist_ok=True)
         self._metrics = open(self.path / METRICS, "a", buffering=1)
         self._tensorboard = tensorboard
         self._tb = None
+        self._tracker = tracker
 
     def _writer(self):
         # Created on first use: importing torch's writer takes a second, which would
@@ -44,25 +49,33 @@ class RunDir:
     def write_graph(self, text: str) -> None:
         """The worker graph that runs: groups (kind, count, ports) and streams (kind, ends)."""
         (self.path / GRAPH).write_text(text)
+        if self._tracker is not None:
+            self._tracker.log_graph(self.path / GRAPH)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         self._metrics.write(json.dumps(record) + "\n")
+        scalars = {key: value for key, value in _flatten(record) if isinstance(value, (int, float))}
         if (writer := self._writer()) is not None:
-            step = record["env_steps"]
-            for key, value in _flatten(record):
-                if key not in ("env_steps", "time_s") and isinstance(value, (int, float)) and value is not None:
-                    writer.add_scalar(key, value, step)
+            for key, value in scalars.items():
+                if key not in ("env_steps", "time_s"):
+                    writer.add_scalar(key, value, record["env_steps"])
+        if self._tracker is not None:
+            self._tracker.log_metrics(scalars)
 
     def write_status(self, status: dict[str, Any]) -> None:
         write_json_atomic(self.path / STATUS, status)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json_atomic(self.path / SUMMARY, summary)
+        if self._tracker is not None:
+            self._tracker.log_summary(summary)
 
     def close(self) -> None:
         self._metrics.close()
         if self._tb is not None:
             self._tb.close()
+        if self._tracker is not None:
+            self._tracker.close()
 
 
 def _flatten(record: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

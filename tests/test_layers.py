@@ -20,6 +20,9 @@ ALLOWED = {
     "streams": {"api", "data"},
     "workers": {"api", "data", "streams", "envs"},
     "launch": {"api", "data", "streams", "workers"},
+    # The user's view of runs reads run directories: of launch, only the run directory's layout
+    # (test_report_reads_only_the_run_directory_of_launch).
+    "report": {"api", "data", "launch"},
 }
 
 
@@ -92,6 +95,12 @@ def test_layers_import_only_what_is_below_them():
             other = dep.split(".")[1] if dep.count(".") else None
             if other is not None and other != layer and other not in ALLOWED[layer]:
                 wrong.append(f"{module} imports {dep}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_report_reads_only_the_run_directory_of_launch():
+    wrong = [f"{module} imports {dep}" for module, deps in _graph().items() if module.startswith("srl.report")
+             for dep in deps if dep.startswith("srl.launch") and dep != "srl.launch.run_dir"]
     assert not wrong, "\n".join(sorted(wrong))
 
 

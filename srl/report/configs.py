@@ -1,0 +1,112 @@
+"""`srl configs`: each bundled config's env, algorithm, the pip extra it needs, and the result
+it reached in the docs."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from srl.api.config import bundled_configs, read_config_file
+
+#: Where each bundled config's reference result comes from: one line each, its numbers as the
+#: doc gives them (tests/test_report.py checks that they appear there).
+REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
+    "cartpole-ppo": ("mean return ≥ 475 in 4.92 s of wall time, 194,688 env steps (median of 3 rounds), 2 CPU cores",
+                     "docs/benchmarks.md"),
+    "cartpole-appo": ("mean return ≥ 475 in 6.08–6.26 s, 160,256–191,808 env steps (seeds 1–3), 2 CPU cores",
+                      "docs/benchmarks.md"),
+    "pong-ppo": ("game score −20.3 → +11.2 in 30 minutes (946k env steps), 2 CPU cores", "docs/environments.md"),
+    "pong-appo": ("game score −20.0 → +18.6 in 300 s (5.50M env steps), one H200 GPU and 16 cores",
+                  "docs/benchmarks.md"),
+    "halfcheetah-ppo": ("mean return ≥ 1500 after 325k–523k env steps, 14–22 s, 2 CPU cores",
+                        "docs/environments.md"),
+    "vizdoom-basic-ppo": ("mean return −165 → +46 within 20k env steps (447 s; random policy −130), 2 CPU cores",
+                          "docs/environments.md"),
+    "spread-mappo": ("random policy −27.5; −22.5 after 11–19k env steps; −19.4 at 150k, 2 CPU cores",
+                     "docs/environments.md"),
+    "football-3v1-mappo": ("goal rate 1.0% (random team) → 27.8% ± 2.2% after a 26-minute run (1.0M env steps), "
+                           "2 CPU cores", "docs/environments.md"),
+    "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
+                  "docs/environments.md"),
+}
+
+#: Gymnasium ids (without version) that MuJoCo simulates.
+MUJOCO_IDS = {"Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
+              "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d"}
+#: What each extra of pyproject.toml installs, as the modules that show it is there.
+EXTRA_MODULES = {"atari": ["ale_py", "cv2"], "mujoco": ["mujoco"], "vizdoom": ["vizdoom"],
+                 "pettingzoo": ["pettingzoo"], "envpool": ["envpool"], "football": ["gfootball"]}
+#: Extras that pip alone does not install.
+EXTRA_NOTES = {"football": "bash scripts/install_football.sh"}
+
+
+def extras_for(env: dict[str, Any]) -> list[str]:
+    """The pyproject extras an env section needs (none for Gymnasium's classic control)."""
+    kind, env_id = str(env.get("type") or "gym"), str(env.get("id") or "")
+    extras: list[str] = []
+    if kind == "gym":
+        if env_id.startswith("ALE/"):
+            extras.append("atari")
+        elif env_id.split("/")[-1].split("-v")[0] in MUJOCO_IDS:
+            extras.append("mujoco")
+    elif kind in ("atari", "vizdoom", "pettingzoo", "football"):
+        extras.append(kind)
+        if kind == "pettingzoo" and env_id.startswith("srl.envs.hide_and_seek"):
+            extras.insert(0, "mujoco")
+    if env.get("backend") == "envpool":
+        extras.append("envpool")
+    return extras
+
+
+def _installed(env: dict[str, Any], extras: list[str]) -> bool:
+    modules = [m for extra in extras for m in EXTRA_MODULES.get(extra, [])]
+    env_id = str(env.get("id") or "")
+    if env.get("type") == "pettingzoo" and env_id and not env_id.startswith("srl."):
+        modules.append(env_id.split(".")[0].split(":")[0])  # the package of the env (mpe2, ...)
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclass
+class ConfigInfo:
+    name: str
+    env_type: str
+    env_id: str | None
+    algorithm: str
+    extras: list[str]
+    install: str
+    installed: bool
+    reference: str | None
+    reference_source: str | None
+
+    @property
+    def env(self) -> str:
+        return f"{self.env_type} {self.env_id}" if self.env_id else self.env_type
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "env": {"type": self.env_type, "id": self.env_id}, "algorithm": self.algorithm,
+                "extras": self.extras, "install": self.install, "installed": self.installed,
+                "reference": {"result": self.reference, "source": self.reference_source} if self.reference else None}
+
+
+def config_info(name: str) -> ConfigInfo:
+    data = read_config_file(name)
+    env = data.get("env") or {}
+    args = env.get("args") or {}
+    # Envs without a Gymnasium-style id (VizDoom, Football) name their scenario instead.
+    env_id = env.get("id") or args.get("scenario")
+    extras = extras_for(env)
+    install = " && ".join(([f"pip install -e '.[{','.join(extras)}]'"] if extras else [])
+                          + [EXTRA_NOTES[e] for e in extras if e in EXTRA_NOTES]) or "pip install -e ."
+    reference, source = REFERENCE_RESULTS.get(name, (None, None))
+    return ConfigInfo(name=name, env_type=str(env.get("type") or "gym"), env_id=str(env_id) if env_id else None,
+                      algorithm=str((data.get("algorithm") or {}).get("type") or "ppo"), extras=extras,
+                      install=install, installed=_installed(env, extras), reference=reference,
+                      reference_source=source)
+
+
+def bundled_config_infos() -> list[ConfigInfo]:
+    return [config_info(name) for name in bundled_configs()]

@@ -1,4 +1,4 @@
-"""The `srl` command: train, status, bench, evaluate, configs."""
+"""The `srl` command: train, status, bench, evaluate, export, configs."""
 
 from __future__ import annotations
 
@@ -140,6 +140,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from srl.export import export
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        done = export(run_dir, args.output, args.format, args.checkpoint or "latest")
+    except (ValueError, NotImplementedError) as exc:
+        print(f"srl: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"wrote {done.path} ({done.format}, from {done.checkpoint}): "
+          + ", ".join(f"{name} {kind}" for name, kind in done.inputs.items()) + " -> "
+          + ", ".join(f"{name} {kind}" for name, kind in done.outputs.items()))
+    return 0
+
+
 def _configs(args: argparse.Namespace) -> int:
     for name in bundled_configs():
         print(name)
@@ -176,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     play.add_argument("--deterministic", action="store_true", help="take the most likely action")
     play.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     play.set_defaults(fn=_evaluate)
+    export = sub.add_parser("export", help="write a run's policy as a TorchScript or ONNX file")
+    export.add_argument("run_dir")
+    export.add_argument("-o", "--output", required=True, help="the file to write")
+    export.add_argument("--format", choices=("torchscript", "onnx"),
+                        help="default: from the file's suffix (.onnx; .pt or .ts for TorchScript)")
+    export.add_argument("--checkpoint", metavar="PATH", help="a ckpt-*.pt file (default: the run's latest valid one)")
+    export.set_defaults(fn=_export)
     configs = sub.add_parser("configs", help="list bundled configs")
     configs.set_defaults(fn=_configs)
     args, extra = parser.parse_known_args(argv)

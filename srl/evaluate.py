@@ -48,7 +48,8 @@ class Evaluation:
         return dict(self.__dict__)
 
 
-def _policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple) -> tuple[Policy, str]:
+def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple) -> tuple[Policy, str]:
+    """The run's policy acting with `source` (one of `SOURCES` or a checkpoint path), and its label."""
     import torch
 
     if source == "random":
@@ -94,7 +95,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
         policies: dict[str, Policy] = {}
         labels: dict[str, str] = {}
         for source in sorted(set(chosen.values())):
-            policies[source], labels[source] = _policy_for(source, run_dir, config, spaces_of(made[0]))
+            policies[source], labels[source] = policy_for(source, run_dir, config, spaces_of(made[0]))
         # rows are env-major, then agent: row j * n_agents + a is agent a of env j
         rows_of = {source: np.array([r for r in range(slot.rows) if chosen[slot.agents[r % slot.n_agents]] == source])
                    for source in policies}

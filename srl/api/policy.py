@@ -10,6 +10,8 @@ The loop it lives in::
     policy.update_statistics(sample_batch[keys.OBS])
     # parameter stream
     params = policy.get_params(); other.set_params(params, version)
+    # srl export (optional): a standalone module of deterministic acting, traced to a file
+    module = policy.acting_module()
 
 Batches are `NamedArray`s keyed by `srl.data.keys`. Weights travel as a flat NamedArray
 of numpy arrays. Callers use nothing else (and `version`): `examples/user_policy/` is a
@@ -103,6 +105,20 @@ class Policy(ABC):
     @abstractmethod
     def set_params(self, params: NamedArray, version: int) -> None:
         """Load what `get_params` returned (from another copy) and take its version."""
+
+    def acting_module(self) -> torch.nn.Module:
+        """Deterministic acting as a standalone torch module, for `srl export` (optional).
+
+        Its `forward` takes one tensor [B, ...] per observation field, in the observation
+        space's order (float fields as float32, others in their own dtype), then, for an RNN
+        policy, one per leaf of `initial_state`, in its order; it returns the action
+        `rollout(..., deterministic=True)` takes ([B, *action shape]: the argmax of a discrete
+        head, the mean of a Gaussian), then the next state's leaves. Everything acting needs
+        (observation normalisation included) is inside; the export traces it, so its forward
+        must not branch on tensor values. It may share the policy's weights.
+        Default: not implemented (such a policy cannot be exported).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no acting_module(), so it cannot be exported")
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs; defaults to the parameters."""

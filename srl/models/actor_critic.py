@@ -14,6 +14,7 @@ through time (truncated at the trajectory length).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -150,12 +151,32 @@ class ActorCriticNet(nn.Module):
         return torch.cat(outs), (h, c)
 
 
+class ActingModule(nn.Module):
+    """Deterministic acting with a net of its own (what `srl export` traces): observation fields
+    positionally (the order of `fields`), then an LSTM's (h, c); returns the most likely action,
+    then the next (h, c)."""
+
+    def __init__(self, net: ActorCriticNet, fields: list[str]) -> None:
+        super().__init__()
+        self.net, self.fields = net, fields
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        obs = dict(zip(self.fields, inputs))
+        memory = (inputs[-2], inputs[-1]) if self.net.memory is not None else None
+        # The value is computed and dropped: ONNX prunes it, a TorchScript file keeps the
+        # critic's few layers (one forward pass shared with training is worth that).
+        dists, _, memory = self.net(obs, memory)
+        action = self.net.head.sample(dists, deterministic=True)
+        return action if memory is None else (action, *memory)
+
+
 class ActorCriticPolicy(Policy):
     Config = ActorCriticConfig
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, device: str = "cpu",
                  **args: Any) -> None:
         self.config = ActorCriticConfig(**args)
+        self.observation_space = observation_space
         self.device = torch.device(device)
         self._on_cpu = self.device.type == "cpu"
         self.net = ActorCriticNet(observation_space, action_space, self.config).to(self.device)
@@ -225,6 +246,10 @@ class ActorCriticPolicy(Policy):
     def buffers(self) -> Iterator[torch.Tensor]:
         """The observation normaliser's running statistics (none without `obs_norm`)."""
         return self.net.buffers()
+
+    def acting_module(self) -> ActingModule:
+        """A CPU copy of the net that acts deterministically (later training does not change it)."""
+        return ActingModule(copy.deepcopy(self.net).cpu().eval(), list(self.observation_space.spaces))
 
     def get_params(self) -> NamedArray:
         return NamedArray.from_flat([(k.replace(".", "/"), v.detach().cpu().numpy()) for k, v in self.net.state_dict().items()])

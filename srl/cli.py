@@ -91,6 +91,26 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _top(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from srl.report.live import read_frame, render, watch
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"srl: {run_dir} is not a directory", file=sys.stderr)
+        return 1
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if not args.once:
+        return watch(run_dir, console, args.interval)
+    frame = read_frame(run_dir)
+    if frame is None:
+        print(f"srl: no status.json in {run_dir} (has the run started?)", file=sys.stderr)
+        return 1
+    console.print(render(frame))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     try:
         config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
@@ -177,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("run_dir")
     status.add_argument("--json", action="store_true")
     status.set_defaults(fn=_status)
+    top = sub.add_parser("top", help="watch a run live: its workers' fps, latency, queues and staleness")
+    top.add_argument("run_dir")
+    top.add_argument("--once", action="store_true", help="print one frame and exit (for scripts)")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
+    top.set_defaults(fn=_top)
     bench = sub.add_parser("bench", help="measure E, I, L, S, T and the system's efficiency")
     bench.add_argument("config", help="bundled config name or YAML path")
     bench.add_argument("overrides", nargs="*", help="key.sub=value overrides")

@@ -18,10 +18,14 @@ from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.streams.link import LinkClient, LinkServer, Received, StreamContext, Transport
+from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber
 
 
 class InferenceClient(ABC):
+    #: Seconds from each request to its reply, averaged per heartbeat (set by each client).
+    round_trip: Mean
+
     @abstractmethod
     def request(self, slot: int, request: NamedArray) -> None:
         """Ask for actions for `request` (obs and rnn_state of one ring slot)."""
@@ -49,9 +53,12 @@ class RemoteInference(InferenceClient):
         self.reconnect_after_s = reconnect_after_s
         self.last_reply = time.monotonic()
         self.reconnects = 0
+        self.sent_at: dict[int, float] = {}
+        self.round_trip = Mean()
 
     def request(self, slot: int, request: NamedArray) -> None:
         self.pending[slot] = request
+        self.sent_at[slot] = time.monotonic()  # one clock read per round trip, not per env step
         self.link.send(slot, {}, request)
 
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
@@ -67,6 +74,7 @@ class RemoteInference(InferenceClient):
             return None
         self.last_reply = now
         del self.pending[got.slot]
+        self.round_trip.add(now - self.sent_at[got.slot])  # a resend after a reconnect counts from the first send
         return got.slot, got.arrays
 
     def close(self) -> None:
@@ -80,11 +88,14 @@ class InlineInference(InferenceClient):
         self.policy = policy
         self.params = params
         self.ready: deque[tuple[int, NamedArray]] = deque()
+        self.round_trip = Mean()
 
     def request(self, slot: int, request: NamedArray) -> None:
         if self.params is not None and (new := self.params.poll()) is not None:
             self.policy.set_params(new[1], new[0])
+        start = time.monotonic()
         self.ready.append((slot, serve(self.policy, request)))
+        self.round_trip.add(time.monotonic() - start)
 
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
         return self.ready.popleft() if self.ready else None

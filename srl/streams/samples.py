@@ -28,6 +28,13 @@ class SampleProducer:
         self.free = list(range(slots))
         self.reconnect_after_s = reconnect_after_s
         self.reconnects = 0
+        #: Seconds spent waiting for credit: the trainer holding the actor back.
+        self.blocked_s = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        """Trajectories sent and not yet taken by the consumer (at most `slots`)."""
+        return self.slots - len(self.free)
 
     def _collect_credits(self, timeout_ms: int) -> None:
         while (got := self.link.recv(timeout_ms)) is not None:
@@ -38,7 +45,8 @@ class SampleProducer:
             while_waiting: Callable[[], bool] | None = None) -> bool:
         """Send `batch`; waits for a credit, calling `while_waiting` every 100 ms (return False to give up)."""
         self._collect_credits(0)
-        waiting_since = time.monotonic()
+        blocked = not self.free
+        waiting_since = blocked_since = time.monotonic()
         while not self.free:
             self._collect_credits(100)
             if not self.free and time.monotonic() - waiting_since > self.reconnect_after_s:
@@ -47,7 +55,11 @@ class SampleProducer:
                     self.reconnects += 1
                     self.free = list(range(self.slots))
             if not self.free and while_waiting is not None and not while_waiting():
-                return False
+                break
+        if blocked:  # the clock is read again only when the trainer held us back
+            self.blocked_s += time.monotonic() - blocked_since
+        if not self.free:
+            return False
         self.link.send(self.free.pop(), meta or {}, batch)
         return True
 
@@ -67,6 +79,12 @@ class SampleConsumer:
         batch = got.arrays.copy() if got.arrays is not None else None
         self.link.send(got.client, got.slot, {})  # credit back: the slot is free again
         return (got.meta, batch) if batch is not None else None
+
+    @property
+    def queued(self) -> int:
+        """Trajectories read and held here: none. A backlog waits with the producers, as their
+        credits in flight (`SampleProducer.in_flight`)."""
+        return 0
 
     @property
     def dropped(self) -> int:
@@ -113,6 +131,11 @@ class DrainingConsumer:
                     self.dropped_oldest += 1
                 self.queue.append(got)
                 self._ready.notify()
+
+    @property
+    def queued(self) -> int:
+        """Trajectories drained from the stream and waiting for the trainer (at most `capacity`)."""
+        return len(self.queue)
 
     def get(self, timeout_ms: int) -> tuple[dict[str, Any], NamedArray] | None:
         with self._ready:

@@ -47,6 +47,8 @@ class ActorWorker(Worker):
         self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
         self.started = time.monotonic()
         self.trajectories = 0
+        #: (when, samples.blocked_s) at the last stats(); set last, as stats() reads all the above.
+        self._blocked_at = (self.started, 0.0)
         for slot in range(self.ring.size):
             self.inference.request(slot, self.ring.start(slot))
 
@@ -62,12 +64,19 @@ class ActorWorker(Worker):
             self.trajectories += 1
 
     def stats(self) -> dict[str, Any]:
-        if not hasattr(self, "ring"):
+        if not hasattr(self, "_blocked_at"):
             return {}
         returns, lengths = self.ring.pop_episodes()
-        elapsed = max(time.monotonic() - self.started, 1e-9)
+        now = time.monotonic()
+        elapsed = max(now - self.started, 1e-9)
+        # Share of the time since the last report spent waiting for the trainer's credit.
+        blocked = self.samples.blocked_s - self._blocked_at[1]
+        blocked_frac = round(min(blocked / max(now - self._blocked_at[0], 1e-9), 1.0), 3)
+        self._blocked_at = (now, self.samples.blocked_s)
         return {"env_steps": self.ring.env_steps, "fps": self.ring.env_steps / elapsed,
-                "episode_returns": returns, "episode_lengths": lengths, "trajectories": self.trajectories}
+                "episode_returns": returns, "episode_lengths": lengths, "trajectories": self.trajectories,
+                "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
+                "sample_slots": self.samples.slots, "blocked_frac": blocked_frac}
 
     def teardown(self) -> None:
         for closable in ("inference", "samples"):

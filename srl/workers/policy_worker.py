@@ -16,6 +16,7 @@ from srl.api.graph import Port
 from srl.data import keys
 from srl.data.named_array import concat
 from srl.streams.inference import InferenceServer, serve
+from srl.streams.meter import Mean
 from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
@@ -40,6 +41,8 @@ class PolicyWorker(Worker):
         self.samples = 0
         self.batches = 0
         self.started = time.monotonic()
+        #: Per batch: seconds from taking its first request to answering its last, and its requests.
+        self.batch_time, self.batch_requests = Mean(), Mean()
 
     def poll(self) -> None:
         if (new := self.params.poll()) is not None:
@@ -47,8 +50,9 @@ class PolicyWorker(Worker):
         requests = self.server.receive(100)
         if not requests:
             return
+        received = time.monotonic()
         if self.max_wait_s:
-            deadline = time.monotonic() + self.max_wait_s
+            deadline = received + self.max_wait_s
             while time.monotonic() < deadline:
                 requests += self.server.receive(1)
         sizes = [len(r.arrays[keys.OBS]) for r in requests]
@@ -57,13 +61,16 @@ class PolicyWorker(Worker):
             self.server.answer(request, out[start:start + size])
         self.samples += sum(sizes)
         self.batches += 1
+        self.batch_time.add(time.monotonic() - received)
+        self.batch_requests.add(len(requests))
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "server"):
             return {}
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return {"samples": self.samples, "fps": self.samples / elapsed, "policy_version": self.policy.version,
-                "mean_batch": self.samples / max(self.batches, 1), "dropped": self.server.dropped}
+                "mean_batch": self.samples / max(self.batches, 1), "dropped": self.server.dropped,
+                "batch_ms": self.batch_time.take(1000), "requests_per_batch": self.batch_requests.take()}
 
     def endpoints(self) -> list[str]:
         return [self.server.link.address] if hasattr(self, "server") else []

@@ -19,6 +19,7 @@ import torch
 from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
+from srl.streams.meter import Mean
 from srl.streams.parameters import FanOut, open_publisher
 from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
@@ -78,6 +79,8 @@ class TrainerWorker(Worker):
         self.trained_steps = 0
         self.dropped_stale = 0
         self.train_time = 0.0
+        #: Per training step: its seconds, and how many versions behind the policy its samples were.
+        self.step_time, self.version_lag = Mean(), Mean()
         self.last_stats: dict[str, float] = {}
         self.last_checkpoint = time.monotonic()
         self.started = time.monotonic()
@@ -105,6 +108,7 @@ class TrainerWorker(Worker):
     def _train(self) -> None:
         batch = concat(self.buffer, axis=1)
         self.buffer, self.buffered = [], 0
+        self.version_lag.add(self.policy.version - float(batch[keys.VERSION][:-1].mean()))
         start = time.monotonic()
         # Learn first, with the statistics the actors normalised this batch with (so log-prob
         # ratios compare like with like); then fold the batch into them for the next version.
@@ -113,7 +117,9 @@ class TrainerWorker(Worker):
         self.policy.update_statistics(batch[keys.OBS][:-1])
         if self.ddp is not None:
             self.ddp.sync_buffers(self.policy)
-        self.train_time += time.monotonic() - start
+        took = time.monotonic() - start
+        self.step_time.add(took)
+        self.train_time += took
         self.trained_steps += batch[keys.REWARD][:-1].size
         if self.publisher is not None and self.policy.version != self.published_version:
             self.publisher.publish(self.policy.version, self.policy.get_params())
@@ -134,6 +140,8 @@ class TrainerWorker(Worker):
                 "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
                 "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
+                "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),
+                "sample_queue": len(self.buffer) + self.consumer.queued,
                 **({"param_digest": self._digest()} if self.ddp is not None else {})}
 
     def _digest(self) -> str:

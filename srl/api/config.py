@@ -54,7 +54,7 @@ class Placement(Section):
     #: CPU priority of the group's processes, as `nice` takes it (0 to 19; higher yields more).
     #: Unset: actors and policy workers yield (`SAMPLER_NICE`) and trainers do not. When the
     #: cores are shared, the trainer, usually the bottleneck, then runs whenever it can and the
-    #: samplers fill the gaps (CartPole on 2 cores: 67k -> 75k trained env steps/s at nice 10).
+    #: samplers fill the gaps (docs/benchmarks.md has the measurement).
     nice: int | None = Field(None, ge=0, le=19)
     #: Torch intra-op threads of each of the group's processes. One by default: workers
     #: already fill the cores, and idle OpenMP threads spinning beside them cost more than a
@@ -77,6 +77,10 @@ class ActorsConfig(Section):
     trajectory_length: PositiveInt = 64
     #: `remote`: policy workers answer batched requests; `inline`: each actor runs the policy itself.
     inference: Literal["remote", "inline"] = "remote"
+    #: After sending the samples the trainer trains on next, wait for the version it publishes
+    #: before acting on: each trajectory is acted by the version trained on all before it. With
+    #: one inline actor, a run repeats exactly under the same `seed` (slower: no overlap).
+    synchronous: bool = False
 
 
 class PolicyWorkersConfig(Section):
@@ -195,6 +199,10 @@ class ExperimentConfig(Section):
         if self.actors.inference == "remote" and self.policy_workers.count > self.actors.count:
             raise ValueError(f"policy_workers.count: {self.policy_workers.count} policy workers cannot be placed "
                              f"with {self.actors.count} actors (each serves at least one actor)")
+        if self.actors.synchronous and (self.actors.count > 1 or self.actors.inference != "inline"
+                                        or self.streams.when_full != "wait"):
+            raise ValueError("actors.synchronous: needs one actor (actors.count: 1) with inline inference "
+                             "and streams.when_full: wait (the actor counts what the trainer trains on)")
         if self.trainers.count > self.actors.count:
             raise ValueError(f"trainers.count: {self.trainers.count} trainers cannot be placed with "
                              f"{self.actors.count} actors (each consumes at least one actor's samples)")

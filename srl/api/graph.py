@@ -169,7 +169,9 @@ def on_policy_graph(config: ExperimentConfig) -> Graph:
             streams={"inference": "inference", "parameters": "parameters"})
     groups["actor"] = Group(
         kind="actor", count=c.actors.count, placement=_niced(c.actors.placement, SAMPLER_NICE),
-        settings={"env": env, "policy": policy, "actors": c.actors.model_dump(), "sample_slots": c.streams.sample_slots},
+        # `batch_steps`: a synchronous actor waits for a new version once the trainer has a batch.
+        settings={"env": env, "policy": policy, "actors": c.actors.model_dump(), "sample_slots": c.streams.sample_slots,
+                  "batch_steps": c.trainers.batch_steps},
         streams={"samples": "samples", **({"inference": "inference"} if remote else {"parameters": "parameters"})})
     return Graph(groups=groups)
 

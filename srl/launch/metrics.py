@@ -25,12 +25,15 @@ class RunMetrics:
         #: Totals of workers that were replaced (their successors count from zero).
         self.retired: collections.Counter[str] = collections.Counter()
         self.frozen = False
+        #: Returns taken since the last metrics line, in the order received (`record` empties it).
+        self.unreported: list[float] = []
 
     def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
         """A worker's newest stats; its finished episodes join the window (until the run stops)."""
         returns = stats.pop("episode_returns", [])
         if "episode_returns" in worker.counters and not self.frozen:
             self.returns.extend(float(r) for r in returns)
+            self.unreported.extend(float(r) for r in returns)
         worker.stats = stats
 
     def freeze(self) -> None:
@@ -51,12 +54,19 @@ class RunMetrics:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
     def record(self, workers: list[WorkerState], elapsed: float, fps: float) -> dict[str, Any]:
-        """One line of metrics.jsonl."""
+        """One line of metrics.jsonl.
+
+        Lines come on a timer, so their numbers differ between two runs of one seed; their
+        `episode_returns` (every episode finished since the line before), read in sequence
+        across the file, do not.
+        """
         train = next((w.stats["train"] for w in workers if w.stats.get("train")), {})
+        returns, self.unreported = self.unreported, []
         return {"time_s": round(elapsed, 3), "env_steps": self.total("env_steps", workers), "fps": round(fps, 1),
                 "episode_return_mean": self.return_mean, "episodes": len(self.returns),
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
-                "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train}
+                "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
+                "episode_returns": returns}
 
 
 def policy_version(workers: Iterable[WorkerState]) -> int:

@@ -16,9 +16,12 @@ class RandomPolicy(Policy):
     """Uniform actions, logprob and value 0. It learns nothing: no `parameters()` or `buffers()`
     (the interface's empty defaults), no params to ship beyond the version."""
 
-    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, seed: int = 0, **_: Any) -> None:
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, seed: int | None = None,
+                 **_: Any) -> None:
         self.action_space = action_space
-        self.rng = np.random.default_rng(seed)
+        # No seed: one drawn from numpy's global generator, which each worker's shell seeds
+        # from the run seed and the worker's identity (a fixed default made every actor the same).
+        self.rng = np.random.default_rng(seed if seed is not None else np.random.randint(1 << 31))
         self.version = 0
 
     def initial_state(self, batch: int) -> NamedArray:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from srl.api.graph import Port
+from srl.data import keys
+from srl.data.named_array import NamedArray
 from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
@@ -15,9 +18,19 @@ from srl.envs.slot_builder import make_slots
 from srl.workers.env_ring import EnvRing
 
 
+log = logging.getLogger(__name__)
+
+#: A synchronous actor waits this long for the version trained on its samples, then stops
+#: waiting for good (longer than any training step of a batch).
+SYNC_PATIENCE_S = 60.0
+
+
 class ActorWorker(Worker):
     """Runs an env ring; asks a policy worker to act (`inference` connected) or acts itself
-    with the newest parameters (`parameters` connected); pushes trajectories to `samples`."""
+    with the newest parameters (`parameters` connected); pushes trajectories to `samples`.
+
+    `actors.synchronous`: once it has sent the trainer a batch, it waits for the version
+    trained on that batch before acting on (reproducible runs; see docs/design.md, "Seeds")."""
 
     ports = {"samples": Port("samples", "produce"), "inference": Port("inference", "produce", optional=True),
              "parameters": Port("parameters", "consume", optional=True)}
@@ -47,6 +60,9 @@ class ActorWorker(Worker):
         self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
         self.started = time.monotonic()
         self.trajectories = 0
+        #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
+        self.synchronous = bool(actors.get("synchronous")) and isinstance(self.inference, InlineInference)
+        self.unsynced_steps, self.batch_steps = 0, s["batch_steps"]
         #: (when, samples.blocked_s) at the last stats(); set last, as stats() reads all the above.
         self._blocked_at = (self.started, 0.0)
         for slot in range(self.ring.size):
@@ -58,10 +74,36 @@ class ActorWorker(Worker):
             return
         slot, reply = got
         request, trajectory = self.ring.step(slot, reply)
-        self.inference.request(slot, request)
-        if trajectory is not None:
-            self.samples.put(trajectory, {"actor": self.name}, while_waiting=self.heartbeat)
-            self.trajectories += 1
+        if not self.synchronous:
+            self.inference.request(slot, request)  # inference runs while the trajectory goes out
+            if trajectory is not None:
+                self._send(trajectory)
+        elif trajectory is None or self._send_and_sync(trajectory):
+            self.inference.request(slot, request)
+
+    def _send(self, trajectory: NamedArray) -> bool:
+        sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self.heartbeat)
+        self.trajectories += sent
+        return sent
+
+    def _send_and_sync(self, trajectory: NamedArray) -> bool:
+        """Send; if the trainer trains on what it now holds, take the version it publishes. False: stopping."""
+        if not self._send(trajectory):
+            return False
+        self.unsynced_steps += trajectory[keys.REWARD][:-1].size  # counted as the trainer counts
+        if self.unsynced_steps < self.batch_steps:
+            return True
+        self.unsynced_steps = 0
+        assert isinstance(self.inference, InlineInference)
+        deadline = time.monotonic() + SYNC_PATIENCE_S
+        if self.inference.await_parameters(lambda: self.heartbeat() and time.monotonic() < deadline):
+            return True
+        if not self.stopping:
+            # A trainer replaced mid-batch lost samples the count includes: it trains later
+            # than the count says, so waiting again would wait forever at each batch.
+            log.warning("no new parameters for %.0f s: acting asynchronously from now on", SYNC_PATIENCE_S)
+            self.synchronous = False
+        return not self.stopping
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "_blocked_at"):

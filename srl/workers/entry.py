@@ -13,6 +13,7 @@ import torch
 
 from srl.api.registry import WORKERS
 from srl.workers.base import SHIPPED_LOG, ContextSpec, WorkerSpec
+from srl.workers.seeding import seed_process, worker_seed
 
 
 def _die_with_parent() -> None:
@@ -60,6 +61,8 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     torch.set_num_threads(spec.placement.get("threads", 1))  # see `Placement.threads`
+    # Before the worker builds anything random (its policy's initial weights, its envs).
+    seed_process(worker_seed(spec.seed, spec.group, spec.index, spec.generation))
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
     worker = WORKERS.resolve(spec.kind)(spec, ctx)

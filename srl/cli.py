@@ -144,11 +144,20 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not (run_dir / "config.yaml").is_file():
         print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
         return EXIT_CONFIG
+    video = None
+    if args.video:
+        from srl.envs.render import Video
+
+        try:
+            video = Video(Path(args.video).resolve(), args.video_episodes, args.video_seconds)  # resolved before chdir
+        except ValueError as exc:
+            print(f"srl: --video: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     workdir = run_dir / "workdir"  # envs that write files (VizDoom) write them inside the run, as in training
     workdir.mkdir(exist_ok=True)
     os.chdir(workdir)
     try:
-        result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic)
+        result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic, video=video)
     except ValueError as exc:
         print(f"srl: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -157,6 +166,8 @@ def _evaluate(args: argparse.Namespace) -> int:
           + ", ".join(f"{a}={s}" for a, s in result.agents.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=1))
+    if video is not None:
+        print(f"video: {video.path}")
     return 0
 
 
@@ -218,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                            "random or a ckpt-*.pt path")
     play.add_argument("--deterministic", action="store_true", help="take the most likely action")
     play.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    play.add_argument("--video", metavar="FILE.mp4", help="also record the first env's episodes to a video")
+    play.add_argument("--video-episodes", type=int, default=1, metavar="N", help="episodes in the video (default 1)")
+    play.add_argument("--video-seconds", type=float, default=300.0, metavar="S",
+                      help="cut the video after S seconds of play (default 300)")
     play.set_defaults(fn=_evaluate)
     export = sub.add_parser("export", help="write a run's policy as a TorchScript or ONNX file")
     export.add_argument("run_dir")

@@ -30,6 +30,7 @@ from srl.workers import checkpoint
 from srl.workers.components import make_env, make_policy
 from srl.api.env import spaces_of
 from srl.envs.slots import EnvSlot, SlotStep
+from srl.envs.render import RecordingEnv, Video, headless_rendering
 
 SOURCES = ("latest", "initial", "random")
 
@@ -80,16 +81,27 @@ def _row_sources(agent_ids: tuple[str, ...], agents: Mapping[str, str]) -> dict[
 
 
 def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Mapping[str, str] | None = None,
-             deterministic: bool = False, seed: int = 10_000) -> Evaluation:
-    """Play `episodes` episodes over `envs` envs stepped together; returns the mean episode return."""
+             deterministic: bool = False, seed: int = 10_000, video: Video | None = None) -> Evaluation:
+    """Play `episodes` episodes over `envs` envs stepped together; returns the mean episode return.
+
+    With `video`, the first env also renders its first `video.episodes` episodes to a file
+    (the evaluation goes on until they are over); an env that cannot render raises ValueError
+    before any step.
+    """
     import torch
 
     torch.set_num_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)
     config = read_config_file(str(run_dir / "config.yaml"))
     env_config = config["env"]
-    made = [make_env(env_config) for _ in range(envs)]
-    slot = EnvSlot(made, [seed + j for j in range(envs)], str(env_config.get("id") or env_config["type"]))
+    name = str(env_config.get("id") or env_config["type"])
+    if video is not None:
+        headless_rendering()  # before any env imports MuJoCo or pygame
+    made = [make_env(env_config, render=video is not None and j == 0) for j in range(envs)]
+    recorder = None
+    if video is not None:
+        made[0] = recorder = video.record(made[0], name)
+    slot = EnvSlot(made, [seed + j for j in range(envs)], name)
     try:
         chosen = _row_sources(slot.agents, agents or {})
         policies: dict[str, Policy] = {}
@@ -99,13 +111,14 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
         # rows are env-major, then agent: row j * n_agents + a is agent a of env j
         rows_of = {source: np.array([r for r in range(slot.rows) if chosen[slot.agents[r % slot.n_agents]] == source])
                    for source in policies}
-        return _play(slot, policies, rows_of, episodes, deterministic, {a: labels[chosen[a]] for a in slot.agents})
+        return _play(slot, policies, rows_of, episodes, deterministic, {a: labels[chosen[a]] for a in slot.agents},
+                     recorder)
     finally:
         slot.close()
 
 
 def _play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndarray], episodes: int,
-          deterministic: bool, labels: dict[str, str]) -> Evaluation:
+          deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None = None) -> Evaluation:
     obs = NamedArray({k: np.zeros((slot.rows, *shape), dtype) for k, (shape, dtype) in slot.obs_fields.items()})
     alive = np.ones(slot.rows, bool)
     slot.reset_all(obs, alive)
@@ -114,7 +127,7 @@ def _play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndar
     out = SlotStep(np.zeros(slot.rows, np.float32), np.zeros(slot.rows, bool), np.zeros(slot.rows, bool), alive, obs)
     finished: list[tuple[float, int]] = []
     steps = 0
-    while len(finished) < episodes:
+    while len(finished) < episodes or (recorder is not None and not recorder.done):
         for source, policy in policies.items():
             rows = rows_of[source]
             reply = policy.rollout(obs[rows], states[source], deterministic=deterministic)

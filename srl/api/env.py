@@ -59,6 +59,20 @@ class Env(ABC):
     @abstractmethod
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]: ...
 
+    #: Frames per second of real time at one frame per `step`: the speed a video plays at.
+    render_fps: float = 30.0
+
+    def render(self) -> np.ndarray | None:
+        """The current scene as an RGB image, [height, width, 3] uint8, for videos.
+
+        None (the default) means the env cannot render. An env that can usually renders
+        only when built for it (a `render=True` constructor argument, which
+        `srl evaluate --video` passes to the first env when the constructor takes one),
+        so that training envs never pay for it. It may also return None for a step that
+        has no picture (e.g. after the episode's last step); the video skips that step.
+        """
+        return None
+
     def close(self) -> None:
         """Release simulator resources."""
 

@@ -21,6 +21,9 @@ Sticky actions default to off (`repeat_action_probability=0.0`, the "v4" dynamic
 by the PPO paper and by EnvPool's default) even for `ALE/...-v5` ids, so the two
 backends and published PPO curves compare like for like; pass 0.25 for the
 Machado et al. (2018) protocol.
+
+`render=True` lets `render()` return the emulator's colour screen (210x160), the frame the
+agent acts on, for videos.
 """
 
 from __future__ import annotations
@@ -38,13 +41,18 @@ AGENT = "agent"
 NOOP, FIRE = 0, 1
 
 
-def make_ale(id: str, repeat_action_probability: float = 0.0, full_action_space: bool = False) -> gym.Env:
+#: The emulator's frame rate.
+ATARI_FPS = 60.0
+
+
+def make_ale(id: str, repeat_action_probability: float = 0.0, full_action_space: bool = False,
+             render_mode: str | None = None) -> gym.Env:
     """The raw emulator env, one frame per step (the preprocessing does the skipping)."""
     ale_py = require("ale_py", "atari")
     require("cv2", "atari")  # AtariPreprocessing resizes with OpenCV
     gym.register_envs(ale_py)
     return gym.make(id, frameskip=1, repeat_action_probability=repeat_action_probability,
-                    full_action_space=full_action_space)
+                    full_action_space=full_action_space, render_mode=render_mode)
 
 
 class AtariEnv(Env):
@@ -55,8 +63,9 @@ class AtariEnv(Env):
     def __init__(self, id: str = "ALE/Pong-v5", *, episodic_life: bool = True, clip_rewards: bool = True,
                  noop_max: int = 30, frame_skip: int = 4, stack: int = 4, screen_size: int = 84,
                  fire_reset: bool = True, repeat_action_probability: float = 0.0,
-                 full_action_space: bool = False) -> None:
-        base = make_ale(id, repeat_action_probability, full_action_space)
+                 full_action_space: bool = False, render: bool = False) -> None:
+        base = make_ale(id, repeat_action_probability, full_action_space, "rgb_array" if render else None)
+        self.render_fps = ATARI_FPS / frame_skip
         self.ale = base.unwrapped.ale
         preprocessed = gym.wrappers.AtariPreprocessing(base, noop_max=noop_max, frame_skip=frame_skip,
                                                        screen_size=screen_size, grayscale_obs=True, scale_obs=False)
@@ -115,6 +124,9 @@ class AtariEnv(Env):
             reward = float(np.sign(reward))
         terminated = terminated or (self.episodic_life and life_lost)
         return {AGENT: AgentStep({keys.OBS: obs}, reward, bool(terminated), bool(truncated), out_info)}
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render() if self.env.render_mode == "rgb_array" else None
 
     def close(self) -> None:
         self.env.close()

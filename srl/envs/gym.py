@@ -2,7 +2,9 @@
 
 `id` is a registered Gymnasium id (`CartPole-v1`) or `package.module:Class` naming a
 `gymnasium.Env` subclass (or any callable returning one). A non-dict observation
-becomes `{"obs": x}`; a Dict observation passes through as it is.
+becomes `{"obs": x}`; a Dict observation passes through as it is. `render=True` builds
+the env with `render_mode="rgb_array"` (for videos; MuJoCo envs then need an OpenGL backend,
+see `srl.envs.render.headless_gl`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from srl.api.env import AgentStep, Env
 from srl.api.registry import import_object
 from srl.data import keys
+from srl.envs.render import prepare_mujoco_render
 
 AGENT = "agent"
 
@@ -28,8 +31,13 @@ def make_gym(id: str, **kwargs: Any) -> gym.Env:
 class GymEnv(Env):
     agent_ids = (AGENT,)
 
-    def __init__(self, id: str, **kwargs: Any) -> None:
+    def __init__(self, id: str, render: bool = False, **kwargs: Any) -> None:
+        if render:
+            kwargs.setdefault("render_mode", "rgb_array")
         self.env = make_gym(id, **kwargs)
+        if render:
+            prepare_mujoco_render(self.env)
+        self.render_fps = float(self.env.metadata.get("render_fps") or Env.render_fps)
         space = self.env.observation_space
         #: The Gymnasium env's observations are dicts already (else they become {"obs": x}).
         self.dict_obs = isinstance(space, gym.spaces.Dict)
@@ -67,6 +75,9 @@ class GymEnv(Env):
         [action] = self.gym_actions(np.asarray(actions[AGENT])[None])
         obs, reward, terminated, truncated, info = self.env.step(action)
         return {AGENT: AgentStep(self.srl_obs(obs), float(reward), bool(terminated), bool(truncated), info)}
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render() if self.env.render_mode == "rgb_array" else None
 
     def close(self) -> None:
         self.env.close()

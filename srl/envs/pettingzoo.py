@@ -13,6 +13,9 @@ PettingZoo drops finished agents from `env.agents` and from later steps' dicts; 
 adapter still answers for every agent in `possible_agents`, giving a finished agent a
 placeholder step (zero observation, reward 0, `terminated=True`) until the env resets.
 The env ring masks those rows and resets the env once every agent is done.
+
+`render=True` builds the env with `render_mode="rgb_array"` (the PettingZoo convention) so
+that `render()` returns its frames, for videos.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from srl.api.env import AgentStep, Env, Observation
 from srl.api.registry import import_object
 from srl.data import keys
 from srl.envs.extras import require
+from srl.envs.render import prepare_mujoco_render
 
 STATE = "state"
 #: Packages the `pettingzoo` extra installs: a missing one means "install the extra".
@@ -62,17 +66,23 @@ class PettingZooEnv(Env):
     """`score_agents`: report as the episode return the mean return of these agents only (e.g.
     one team of a competitive game, whose rewards would cancel out over all agents)."""
 
-    def __init__(self, id: str | object | None = None, score_agents: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, id: str | object | None = None, score_agents: list[str] | None = None, render: bool = False,
+                 **kwargs: Any) -> None:
         require("pettingzoo", "pettingzoo")
         if id is None:
             raise ValueError("a PettingZoo env needs env.id: 'package.module' with parallel_env(), or 'package.module:fn'")
         if isinstance(id, str):
+            if render:
+                kwargs.setdefault("render_mode", "rgb_array")
             self.env, self.name = make_parallel_env(id, **kwargs), id
+            if render:
+                prepare_mujoco_render(self.env)
         else:
             if kwargs:
                 raise ValueError("keyword arguments are for building an env by id, not for an env already built")
             self.env, self.name = id, type(id).__name__
         self.agent_ids = tuple(self.env.possible_agents)
+        self.render_fps = float(getattr(self.env, "metadata", {}).get("render_fps") or Env.render_fps)
         first = self.agent_ids[0]
         self._agent_obs_space = self.env.observation_space(first)
         self._action_space = self.env.action_space(first)
@@ -145,6 +155,9 @@ class PettingZooEnv(Env):
                 first = out[self.agent_ids[0]]
                 first.info = {**first.info, "episode_return": self._score, "episode_length": self._length}
         return out
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render() if getattr(self.env, "render_mode", None) == "rgb_array" else None
 
     def close(self) -> None:
         self.env.close()

@@ -13,6 +13,10 @@ truncation; death or the scenario's goal ends it as a termination.
 
 The engine writes `_vizdoom.ini` and `_vizdoom/` into the working directory; SRL workers
 run inside `<run_dir>/workdir`, so that is where they land.
+
+`render()` returns the engine's screen (160x120, grayscale as three equal channels unless
+`grayscale=False`): what the agent sees before resizing. It needs no set-up, so it has no
+constructor switch.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from srl.data import keys
 from srl.envs.extras import require
 
 AGENT = "agent"
+#: Doom's game clock: tics per second.
+TICRATE = 35.0
 
 
 def resize_matrix(src: int, dst: int) -> np.ndarray:
@@ -53,6 +59,7 @@ class VizDoomEnv(Env):
                  max_episode_steps: int | None = None, render_hud: bool = False) -> None:
         vzd = require("vizdoom", "vizdoom")
         self.frame_skip = frame_skip
+        self.render_fps = TICRATE / frame_skip
         self.frame_stack = frame_stack
         self.max_episode_steps = max_episode_steps
         game = vzd.DoomGame()
@@ -98,6 +105,13 @@ class VizDoomEnv(Env):
         buffer = state.screen_buffer.reshape(self._channels, *state.screen_buffer.shape[-2:])
         resized = self._rows @ buffer.astype(np.float32) @ self._cols
         return np.clip(resized + 0.5, 0, 255).astype(np.uint8)
+
+    def render(self) -> np.ndarray | None:
+        state = self.game.get_state()
+        if state is None:  # the episode has ended: no screen until the next one
+            return None
+        buffer = state.screen_buffer.reshape(self._channels, *state.screen_buffer.shape[-2:])
+        return np.ascontiguousarray(np.broadcast_to(buffer, (3, *buffer.shape[1:])).transpose(1, 2, 0))
 
     def _push(self, frame: np.ndarray | None) -> dict[str, np.ndarray]:
         """Shift the stack by one frame (None: a blank frame, after the episode has ended)."""

@@ -11,11 +11,19 @@ from srl.api.policy import Policy
 from srl.api.registry import ALGORITHMS, ENVS, POLICIES
 
 
-def make_env(env: dict[str, Any]) -> Env:
+def make_env(env: dict[str, Any], render: bool = False) -> Env:
+    """The env its config section describes; `render=True` asks for `Env.render()` frames.
+
+    The request reaches constructors that take a `render` argument (the bundled adapters);
+    any other env is built as it is and renders only if it can anyway.
+    """
     kwargs = dict(env.get("args") or {})
     if env.get("id"):
         kwargs["id"] = env["id"]
-    made = ENVS.resolve(env["type"])(**kwargs)
+    cls = ENVS.resolve(env["type"])
+    if render and "render" in inspect.signature(cls).parameters:
+        kwargs.setdefault("render", True)
+    made = cls(**kwargs)
     if not isinstance(made, Env):
         raise TypeError(f"env.type {env['type']!r} built a {type(made).__name__}, not an srl.api.Env")
     return made

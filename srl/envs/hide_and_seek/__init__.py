@@ -12,29 +12,12 @@ gives the same game as a PettingZoo AEC env. Needs the `mujoco` and `pettingzoo`
 
 from __future__ import annotations
 
-import ctypes.util
-import os
-import sys
 from typing import Any
 
 from srl.envs.extras import require
+from srl.envs.render import headless_gl
 
-
-def _headless_gl() -> None:
-    """Without a display, point MuJoCo at an offscreen GL backend (EGL, else OSMesa) for rgb_array rendering.
-
-    MuJoCo reads MUJOCO_GL once, when it is first imported, so this only acts before that
-    and never overrides a choice already made.
-    """
-    if "mujoco" in sys.modules or os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or sys.platform != "linux":
-        return
-    for backend, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
-        if ctypes.util.find_library(library):
-            os.environ["MUJOCO_GL"] = backend
-            return
-
-
-_headless_gl()
+headless_gl()  # rgb_array rendering without a display
 require("mujoco", "mujoco")
 require("pettingzoo", "pettingzoo")
 

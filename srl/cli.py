@@ -1,4 +1,4 @@
-"""The `srl` command: train, status, bench, evaluate, export, configs."""
+"""The `srl` command: train, status, bench, evaluate, export, configs, runs, plot."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from srl.api.config import (ConfigError, apply_overrides, bundled_configs, check_devices, read_config_file,
+from srl.api.config import (ConfigError, apply_overrides, check_devices, read_config_file,
                             validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
 from srl.launch.tracking import check_wandb
@@ -189,9 +189,100 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def _configs(args: argparse.Namespace) -> int:
-    for name in bundled_configs():
-        print(name)
+    from srl.report.configs import bundled_config_infos
+
+    infos = bundled_config_infos()
+    if args.json:
+        print(json.dumps([info.as_dict() for info in infos], indent=1, ensure_ascii=False))
+        return 0
+    from rich.table import Table
+
+    table = Table(title="bundled configs (`srl train NAME`)")
+    for column in ("config", "env", "algorithm", "needs", "reference result"):
+        table.add_column(column)
+    for info in infos:
+        needs = ", ".join(info.extras) or "(core)"
+        if info.extras and not info.installed:
+            needs += " [red](not installed)[/red]"
+        reference = f"{info.reference} [dim]({info.reference_source})[/dim]" if info.reference else "-"
+        table.add_row(info.name, info.env, info.algorithm, needs, reference)
+    console = _console()
+    console.print(table)
+    console.print("Install an extra with `pip install -e '.[NAME]'`; football also needs "
+                  "`bash scripts/install_football.sh`.", highlight=False)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from srl.report.plot import PlotError, plot
+
+    def warn(message: str) -> None:
+        print(f"srl: {message}", file=sys.stderr)
+
+    if args.smooth < 1:
+        print("srl: --smooth must be at least 1 (1: no smoothing)", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        path = plot(args.runs, args.output, metric=args.metric, x=args.x, window=args.smooth, band_kind=args.band,
+                    title=args.title, warn=warn)
+    except PlotError as exc:
+        print(f"srl: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"srl: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from srl.report.runs import find_runs, run_info
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        print(f"srl: {root} is not a directory", file=sys.stderr)
+        return 1
+    infos = [run_info(run) for run in find_runs(root)]
+    if args.json:
+        print(json.dumps([info.as_dict() for info in infos], indent=1))
+        return 0
+    if not infos:
+        print(f"no runs under {root} (a run directory holds config.yaml and status.json or summary.json)")
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    colours = {"running": "green", "stopped": "", "failed": "red", "died": "yellow"}
+    table = Table(title=f"{len(infos)} run{'s' if len(infos) != 1 else ''} under {root}")
+    for column in ("config", "run", "state", "env steps", "best return", "last return", "wall time", "stop reason"):
+        table.add_column(column, justify="right" if column in ("env steps", "best return", "last return",
+                                                                "wall time") else "left",
+                         overflow="fold" if column == "run" else "ellipsis")  # a path is never cut short
+    for info in infos:
+        colour = colours.get(info.state, "")
+        state = f"[{colour}]{info.state}[/{colour}]" if colour else info.state
+        reason = info.stop_reason or ""
+        if info.errors:
+            reason += f" (errors: {', '.join(info.errors)})"
+        table.add_row(escape(info.config), escape(info.path), state,
+                      f"{info.env_steps:,}" if info.env_steps is not None else "-",
+                      f"{info.best_return:.2f}" if info.best_return is not None else "-",
+                      f"{info.last_return:.2f}" if info.last_return is not None else "-",
+                      _duration(info.wall_time_s), escape(reason))
+    _console().print(table)
     return 0
 
 
@@ -241,8 +332,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: from the file's suffix (.onnx; .pt or .ts for TorchScript)")
     export.add_argument("--checkpoint", metavar="PATH", help="a ckpt-*.pt file (default: the run's latest valid one)")
     export.set_defaults(fn=_export)
-    configs = sub.add_parser("configs", help="list bundled configs")
+    configs = sub.add_parser("configs", help="the bundled configs: env, algorithm, extra needed, reference result")
+    configs.add_argument("--json", action="store_true", help="print JSON for scripts")
     configs.set_defaults(fn=_configs)
+    runs = sub.add_parser("runs", help="the runs under a directory: state, env steps, returns, wall time")
+    runs.add_argument("dir", nargs="?", default="runs", help="where to look (default runs/)")
+    runs.add_argument("--json", action="store_true", help="print JSON for scripts")
+    runs.set_defaults(fn=_runs)
+    from srl.report.runs import BANDS, DEFAULT_METRIC, X_AXES
+
+    plot = sub.add_parser("plot", help="learning curves of runs to a PNG; seeds of one config as mean and band")
+    plot.add_argument("runs", nargs="+", metavar="RUN", help="run directories, or directories holding runs")
+    plot.add_argument("--metric", default=DEFAULT_METRIC,
+                      help=f"metric of metrics.jsonl, nested ones as train/value_loss (default {DEFAULT_METRIC})")
+    plot.add_argument("--x", choices=X_AXES, default="env_steps", help="x axis (default env_steps)")
+    plot.add_argument("--smooth", type=int, default=1, metavar="N",
+                      help="moving average over N reports (default 1: none)")
+    plot.add_argument("--band", choices=BANDS, default="minmax",
+                      help="band around the seeds' mean: min-max (default) or ±1 standard deviation")
+    plot.add_argument("--title", help="the figure's title")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="image to write (PNG, SVG, PDF...)")
+    plot.set_defaults(fn=_plot)
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if "=" not in a or a.startswith("-")]
     if unknown:

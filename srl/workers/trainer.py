@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from srl.api.graph import Port, Supervision
 from srl.data import keys
@@ -38,7 +37,6 @@ class TrainerWorker(Worker):
 
     def setup(self) -> None:
         s = self.spec.settings
-        torch.manual_seed(self.spec.seed)
         env = make_env(s["env"])
         self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])
         env.close()

@@ -122,8 +122,13 @@ def _mirror(path: Path, steps: list[int], summary: dict) -> None:
 
 def test_offline_run_holds_metrics_config_graph_and_summary(tmp_path, wandb_env):
     run_dir = tmp_path / "run"
+    # Only processes started by this run count: earlier tests in the session may have left
+    # children of their own (multiprocessing's resource tracker, a fork server).
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     _mirror(run_dir, [0, 100, 200], {"env_steps": 200, "stop_reason": "done"})
-    assert not psutil.Process().children(recursive=True), "W&B's service outlived close()"
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, f"W&B's service outlived close(): {[p.info if hasattr(p, 'info') else p for p in alive]}"
     records = read_offline_run(run_dir)
     rows = history(records)
     assert [(row["env_steps"], row["episode_return_mean"], row["train/loss"]) for row in rows] == \

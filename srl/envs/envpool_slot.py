@@ -61,7 +61,8 @@ def envpool_task(env: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
     if env["type"] == "atari":
         name = (env.get("id") or "ALE/Pong-v5").split("/")[-1]
         task = re.sub(r"(NoFrameskip|Deterministic)?-v\d+$", "-v5", name)
-        options = {**_atari_defaults(), **args}
+        # `render` asks AtariEnv for frames (videos); EnvPool slots never render.
+        options = {k: v for k, v in {**_atari_defaults(), **args}.items() if k != "render"}
         kwargs = {_ATARI_ARGS[k]: v for k, v in options.items() if k in _ATARI_ARGS}
         kwargs["img_height"] = kwargs["img_width"] = options["screen_size"]
         unknown = set(options) - set(_ATARI_ARGS) - {"screen_size"}

@@ -4,6 +4,11 @@ Each checkpoint is `ckpt-<version>.pt` (torch) beside `ckpt-<version>.json` with
 counters a launcher needs without loading torch (version, env steps) and the SHA-256 of
 the `.pt` file. `latest()` skips a checkpoint whose file is truncated or corrupt (or whose
 sidecar is missing) and falls back to the previous one.
+
+A checkpoint holds tensors, numbers, strings and containers of them, nothing else: arrays
+are saved as tensors and files are read with `torch.load(weights_only=True)`, whose
+unpickler builds only those types. A file that asks for anything else (a class, a function:
+code that would run on load) is refused with `CheckpointError`, and nothing in it runs.
 """
 
 from __future__ import annotations
@@ -12,11 +17,16 @@ import hashlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be loaded safely: one line naming the file and why."""
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -34,7 +44,7 @@ def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"ckpt-{version:09d}.pt"
-    _atomic_write(path, lambda f: torch.save(state, f))
+    _atomic_write(path, lambda f: torch.save(_as_tensors(state), f))
     sidecar = {"version": version, **info, "sha256": _sha256(path)}
     _atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(sidecar).encode()))
     for old in sorted(directory.glob("ckpt-*.pt"))[:-keep]:
@@ -69,9 +79,35 @@ def latest(directory: str | Path) -> Path | None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
+    """The state saved in `path`; raises `CheckpointError` for a file that is not plain weights."""
+    import pickle
+
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=False)
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as exc:
+        # torch names the first global the file asked for (a function to call, a class to build).
+        found = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL) (\S+)", str(exc))
+        reason = f"it asks for {found.group(1)}" if found else f"{type(exc).__name__}: {str(exc).strip()[:100]}"
+        raise CheckpointError(f"checkpoint {path}: refused, not a plain-weights file ({reason})") from None
+
+
+def _as_tensors(state: Any) -> Any:
+    """`state` with every numpy array (and numpy scalar) as a tensor, so it loads with weights_only."""
+    import numpy as np
+    import torch
+
+    if isinstance(state, dict):
+        return {k: _as_tensors(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_as_tensors(v) for v in state)
+    if isinstance(state, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(state))
+    if isinstance(state, np.generic):
+        return state.item()
+    return state
 
 
 def info(path: str | Path) -> dict[str, Any]:

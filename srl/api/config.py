@@ -99,6 +99,9 @@ class TrainersConfig(Section):
     batch_steps: PositiveInt = 2048
     #: Drop samples whose policy is more than this many versions behind the trainer's.
     max_staleness: PositiveInt = 4
+    #: When a training step leaves non-finite weights: `stop` the run with a clear message, or
+    #: `rollback` to the last checkpoint and go on. Non-finite weights are never checkpointed.
+    on_diverge: Literal["stop", "rollback"] = "stop"
     device: str = "cpu"
 
 

@@ -199,6 +199,10 @@ class Controller:
             # else: it quit on its own mid-run; its exit code brings supervision to restart it
         elif event == "error":  # the worker exits next; supervision restarts it within budget
             worker.error = str(meta.get("error", ""))
+            if meta.get("fatal") and not self.stop_reason:  # ... unless no restart can help
+                worker.state = "failed"
+                print(f"srl: worker {worker.spec.name}: {meta['fatal']}", file=sys.stderr)
+                self._stop(f"worker {worker.spec.name}: {meta['fatal']}")
 
     def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
         steps = self.env_steps

@@ -132,6 +132,10 @@ class ContextSpec:
         return StreamContext(self.run_id, self.secret, names, ipc_dir, host)
 
 
+class FatalError(RuntimeError):
+    """An error a restart cannot fix: the run stops with its message instead of replacing the worker."""
+
+
 class Worker(ABC):
     #: The stream ends this kind has, by port name; a graph joins each to a named stream.
     ports: ClassVar[dict[str, Port]] = {}
@@ -262,7 +266,7 @@ class Worker(ABC):
             self.heartbeat(force=True)
             while self.heartbeat():
                 self.poll()
-        except Exception:
+        except Exception as exc:
             text = traceback.format_exc()
             # A peer that stopped first can break a collective call mid-way (data-parallel
             # trainers): on the way out that is expected, not a failure. The controller's stop,
@@ -275,6 +279,7 @@ class Worker(ABC):
                 code = 1
                 log.error("worker %s failed:\n%s", self.name, text)
                 self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:],
+                                       "fatal": str(exc) if isinstance(exc, FatalError) else "",
                                        "log": SHIPPED_LOG.drain()})
         finally:
             try:

@@ -9,6 +9,7 @@ learns from every sample. Reuse of each sample is bounded by the algorithm (PPO'
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,13 @@ from srl.streams.meter import Mean
 from srl.streams.parameters import FanOut, open_publisher
 from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
-from srl.workers.base import Worker
+from srl.workers.base import FatalError, Worker
 from srl.workers.ddp import DataParallel
 from srl.workers.components import make_algorithm, make_env, make_policy
 from srl.api.env import spaces_of
 
+
+log = logging.getLogger(__name__)
 
 class TrainerWorker(Worker):
     ports = {"samples": Port("samples", "consume"), "parameters": Port("parameters", "produce")}
@@ -76,6 +79,7 @@ class TrainerWorker(Worker):
         self.buffered = 0
         self.trained_steps = 0
         self.dropped_stale = 0
+        self.rollbacks = 0
         self.train_time = 0.0
         #: Per training step: its seconds, and how many versions behind the policy its samples were.
         self.step_time, self.version_lag = Mean(), Mean()
@@ -119,11 +123,37 @@ class TrainerWorker(Worker):
         self.step_time.add(took)
         self.train_time += took
         self.trained_steps += batch[keys.REWARD][:-1].size
+        if not self._weights_finite():
+            self._diverged()
         if self.publisher is not None and self.policy.version != self.published_version:
             self.publisher.publish(self.policy.version, self.policy.get_params())
             self.published_version = self.policy.version
 
+    def _weights_finite(self) -> bool:
+        """Whether every weight is finite (one small reduction per tensor, once per training step)."""
+        return all(bool(p.isfinite().all()) for p in self.policy.parameters())
+
+    def _diverged(self) -> None:
+        """Non-finite weights after a step: stop the run, or go back to the last checkpoint."""
+        version = self.policy.version
+        path = checkpoint.latest(self.checkpoint_dir)
+        if self.spec.settings["trainers"].get("on_diverge", "stop") == "stop" or path is None:
+            raise FatalError(f"the policy's weights became non-finite (NaN or infinity) at version {version}; "
+                             + ("stopping (trainers.on_diverge=stop)" if path is not None else
+                                "no checkpoint to roll back to") + "; the last checkpoint holds finite weights")
+        state = checkpoint.load(path)
+        self.policy.load_state_dict(state["policy"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        # Readers take only newer versions: the rolled-back weights go out under a new one.
+        self.policy.version = version + 1
+        self.rollbacks += 1
+        log.warning("weights non-finite at version %d: rolled back to %s, published as version %d",
+                    version, path.name, self.policy.version)
+
     def save_checkpoint(self) -> None:
+        if not self._weights_finite():  # never rotate a good checkpoint away for a diverged one
+            log.warning("weights are non-finite: checkpoint skipped")
+            return
         env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)
         state = {"policy": self.policy.state_dict(), "algorithm": self.algorithm.state_dict()}
         checkpoint.save(self.checkpoint_dir, self.policy.version, state,
@@ -135,7 +165,7 @@ class TrainerWorker(Worker):
             return {}
         return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
                 "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
-                "dropped_stale": self.dropped_stale, "dropped": self.consumer.dropped,
+                "dropped_stale": self.dropped_stale, "rollbacks": self.rollbacks, "dropped": self.consumer.dropped,
                 "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
                 "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),

@@ -26,6 +26,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:
             run_dir = Path(args.resume)
             data = read_config_file(str(run_dir / "config.yaml"))
+            previous_config = validate_components(validate_structure(json.loads(json.dumps(data))))
         elif config_name:
             data = read_config_file(config_name)
         else:
@@ -49,6 +50,7 @@ def _train(args: argparse.Namespace) -> int:
             print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
             return EXIT_CONFIG
     from srl.launch.controller import Controller  # heavy imports only once the config is valid
+    from srl.launch.run_dir import RunInUse
 
     print(f"srl: run directory {run_dir}", file=sys.stderr)
     try:
@@ -56,9 +58,27 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # settings only checkable by starting them (a W&B login)
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except RunInUse as exc:  # refused before anything in the directory was written
+        print(f"srl: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.resume:
+        for line in _changes(previous_config, config):
+            print(f"srl: resuming with {line}", file=sys.stderr)
     summary = controller.run()
     print(json.dumps(summary, indent=1))
     return 0 if not summary.get("errors") else 1
+
+
+def _changes(before, after) -> list[str]:  # noqa: ANN001 - two ExperimentConfigs
+    """`path: old -> new` for every field that differs between two configs."""
+    def leaves(data, prefix=""):  # noqa: ANN001, ANN202
+        if isinstance(data, dict) and data:
+            return [item for key, value in data.items() for item in leaves(value, f"{prefix}{key}.")]
+        return [(prefix.rstrip("."), data)]
+
+    old, new = dict(leaves(before.model_dump(mode="json"))), dict(leaves(after.model_dump(mode="json")))
+    return [f"{path}: {old.get(path)!r} -> {new.get(path)!r}" for path in sorted(old.keys() | new.keys())
+            if old.get(path) != new.get(path)]
 
 
 def _status(args: argparse.Namespace) -> int:

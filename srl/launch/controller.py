@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -21,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
 
 from srl.api.config import ExperimentConfig, dump
@@ -32,7 +32,7 @@ from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
 from srl.launch.metrics import RunMetrics, StopRules, policy_version
-from srl.launch.run_dir import RunDir, read_status
+from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
 from srl.streams import shm
@@ -51,6 +51,7 @@ class Controller:
                  launcher: Launcher | None = None) -> None:
         self.config = config
         self.graph = resolve(config)
+        self.lock = RunLock(run_dir)  # first: a live run's directory is not touched
         self.run_dir = RunDir(run_dir, config.log.tensorboard,
                               tracking.start(config.log.wandb, run_dir, config.model_dump(mode="json")))
         self.run_dir.write_config(dump(config))
@@ -125,16 +126,16 @@ class Controller:
             previous = read_status(self.run_dir.path)
         except (FileNotFoundError, ValueError):
             return
-        pid = previous.get("controller_pid")
-        if pid and psutil.pid_exists(pid) and pid != os.getpid():
-            try:
-                if "srl" in " ".join(psutil.Process(pid).cmdline()):
-                    raise RuntimeError(f"the run in {self.run_dir.path} is still going (controller pid {pid})")
-            except psutil.Error:
-                pass
-        removed = shm.sweep(f"{shm.PREFIX}{previous.get('run_id', '')}_") if previous.get("run_id") else []
-        if previous.get("private_dir", "").startswith(tempfile.gettempdir()):
-            shutil.rmtree(previous["private_dir"], ignore_errors=True)
+        # (A live run cannot get here: its controller holds the directory's lock.)
+        run_id = str(previous.get("run_id", ""))
+        if not re.fullmatch(r"[0-9a-f]{8}", run_id):  # status.json is data, not a list of paths to trust
+            log.warning("status.json names no valid run id (%r); nothing of the previous run swept", run_id)
+            return
+        removed = shm.sweep(f"{shm.PREFIX}{run_id}_")
+        private = Path(str(previous.get("private_dir", ""))).resolve()
+        # Only a directory this run would have made: srl-<its run id>-* directly in the temp dir.
+        if private.parent == Path(tempfile.gettempdir()).resolve() and private.name.startswith(f"srl-{run_id}-"):
+            shutil.rmtree(private, ignore_errors=True)
         if removed:
             log.info("removed %d shared-memory segments of the previous run", len(removed))
 
@@ -256,3 +257,4 @@ class Controller:
             self.summary["errors"] = {w.spec.name: w.error[-2000:] for w in failed}
         self.run_dir.write_summary(self.summary)
         self.run_dir.close()
+        self.lock.release()

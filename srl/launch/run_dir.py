@@ -3,6 +3,7 @@ and their mirror in a W&B run when `log.wandb` is set (`srl.launch.tracking`).""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,37 @@ STATUS = "status.json"
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
 GRAPH = "graph.yaml"
+
+
+LOCK = ".lock"
+
+
+class RunInUse(RuntimeError):
+    """Another controller holds the run directory."""
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held by its controller for the run's whole life.
+
+    Taken before anything in the directory is written, so a second `srl train --resume` of a
+    live run is refused without touching its config, status or checkpoints. The kernel drops
+    the lock when the holder exits, however it exits (a SIGKILLed run leaves no stale lock).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise RunInUse(f"the run in {path} is still going (another controller holds it)") from None
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = -1
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

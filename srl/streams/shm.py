@@ -65,6 +65,11 @@ def sweep(run_prefix: str) -> list[str]:
     """Unlink every segment whose name starts with `run_prefix`; returns their names."""
     removed = []
     for path in SHM_DIR.glob(f"{run_prefix}*"):
-        path.unlink(missing_ok=True)
+        try:
+            if path.stat().st_uid != os.getuid():  # not ours: never another user's segment
+                continue
+            path.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: cleanup must not fail the run
+            continue
         removed.append(path.name)
     return removed

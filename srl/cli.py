@@ -7,8 +7,9 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from srl.api.config import (ConfigError, apply_overrides, check_devices, read_config_file,
+from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file,
                             validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
 from srl.launch.tracking import check_wandb
@@ -69,14 +70,16 @@ def _train(args: argparse.Namespace) -> int:
     return 0 if not summary.get("errors") else 1
 
 
-def _changes(before, after) -> list[str]:  # noqa: ANN001 - two ExperimentConfigs
-    """`path: old -> new` for every field that differs between two configs."""
-    def leaves(data, prefix=""):  # noqa: ANN001, ANN202
-        if isinstance(data, dict) and data:
-            return [item for key, value in data.items() for item in leaves(value, f"{prefix}{key}.")]
-        return [(prefix.rstrip("."), data)]
+def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, value) for every leaf of nested dicts."""
+    if isinstance(data, dict) and data:
+        return [item for key, value in data.items() for item in _leaves(value, f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), data)]
 
-    old, new = dict(leaves(before.model_dump(mode="json"))), dict(leaves(after.model_dump(mode="json")))
+
+def _changes(before: ExperimentConfig, after: ExperimentConfig) -> list[str]:
+    """`path: old -> new` for every field that differs between two configs."""
+    old, new = dict(_leaves(before.model_dump(mode="json"))), dict(_leaves(after.model_dump(mode="json")))
     return [f"{path}: {old.get(path)!r} -> {new.get(path)!r}" for path in sorted(old.keys() | new.keys())
             if old.get(path) != new.get(path)]
 

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 
 from srl.api.config import read_config_file
+from srl.api.env import spaces_of
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.render import RecordingEnv, Video, headless_rendering
+from srl.envs.slots import EnvSlot, SlotStep
 from srl.workers import checkpoint
 from srl.workers.components import make_env, make_policy
-from srl.api.env import spaces_of
-from srl.envs.slots import EnvSlot, SlotStep
-from srl.envs.render import RecordingEnv, Video, headless_rendering
 
 SOURCES = ("latest", "initial", "random")
 

@@ -5,7 +5,6 @@ import os
 import struct
 import subprocess
 import time
-import zlib
 from pathlib import Path
 
 import psutil

@@ -17,8 +17,8 @@ import numpy as np
 from srl.api.env import AgentStep, Env
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.envs.gym import AGENT, GymEnv
 from srl.envs import checks
+from srl.envs.gym import AGENT, GymEnv
 from srl.envs.slots import EnvSlot, SlotStep
 
 

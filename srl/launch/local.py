@@ -7,11 +7,11 @@ worker (or a restarted one) starts in milliseconds instead of re-importing every
 from __future__ import annotations
 
 import multiprocessing as mp
-from multiprocessing import forkserver
 import os
 import signal
 import socket
 import time
+from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
 
 from srl.launch.launcher import Launcher

@@ -8,8 +8,8 @@ code is the same for both.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 

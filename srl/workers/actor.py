@@ -9,14 +9,13 @@ from typing import Any
 from srl.api.graph import Port
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.slot_builder import make_slots
 from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.envs.slot_builder import make_slots
 from srl.workers.env_ring import EnvRing
-
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-
 log = logging.getLogger(__name__)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.env import spaces_of
 from srl.api.graph import Port
 from srl.data import keys
 from srl.data.named_array import concat
@@ -20,7 +21,6 @@ from srl.streams.meter import Mean
 from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.api.env import spaces_of
 
 
 class PolicyWorker(Worker):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.env import spaces_of
 from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
@@ -24,10 +25,8 @@ from srl.streams.parameters import FanOut, open_publisher
 from srl.streams.samples import DrainingConsumer, SampleConsumer
 from srl.workers import checkpoint
 from srl.workers.base import FatalError, Worker
-from srl.workers.ddp import DataParallel
 from srl.workers.components import make_algorithm, make_env, make_policy
-from srl.api.env import spaces_of
-
+from srl.workers.ddp import DataParallel
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +136,12 @@ class TrainerWorker(Worker):
         """Non-finite weights after a step: stop the run, or go back to the last checkpoint."""
         version = self.policy.version
         path = checkpoint.latest(self.checkpoint_dir)
-        if self.spec.settings["trainers"].get("on_diverge", "stop") == "stop" or path is None:
+        if path is None:
+            raise FatalError(f"the policy's weights became non-finite (NaN or infinity) at version {version}, "
+                             "and there is no checkpoint to roll back to")
+        if self.spec.settings["trainers"].get("on_diverge", "stop") == "stop":
             raise FatalError(f"the policy's weights became non-finite (NaN or infinity) at version {version}; "
-                             + ("stopping (trainers.on_diverge=stop)" if path is not None else
-                                "no checkpoint to roll back to") + "; the last checkpoint holds finite weights")
+                             f"stopping (trainers.on_diverge=stop); {path.name} holds the last finite weights")
         state = checkpoint.load(path)
         self.policy.load_state_dict(state["policy"])
         self.algorithm.load_state_dict(state["algorithm"])

@@ -120,9 +120,29 @@ class Policy(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no acting_module(), so it cannot be exported")
 
+    def acting_as(self, actor: int, actors: int) -> None:
+        """Called once by actor `actor` of `actors` on the copy it acts with (inline inference,
+        or the copy whose `initial_state` it uses): a policy may explore differently per actor
+        (Ape-X gives each actor its own epsilon). Default: every actor acts alike."""
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs; defaults to the parameters."""
         return {"params": dict(self.get_params().items_flat()), "version": self.version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_params(NamedArray.from_flat({k: np.asarray(v) for k, v in state["params"].items()}), state["version"])
+
+
+class ValuePolicy(Policy):
+    """A policy that acts from action values (the DQN family): `q_values` is what value-based
+    algorithms learn through; `rollout` acts on them (greedy, or exploring, e.g. epsilon-greedy).
+    """
+
+    @abstractmethod
+    def q_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Action values [..., actions] (differentiable) for rows of any leading shape.
+
+        `batch` maps `keys.OBS` (a dict of tensors or arrays by field path) and, for RNN policies,
+        `keys.RNN_STATE` (the state each column's first row started from) and
+        `keys.EPISODE_START`, with rows [T, B] time-major, as `analyze` takes them.
+        """

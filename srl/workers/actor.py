@@ -45,6 +45,7 @@ class ActorWorker(Worker):
         self.inference: InferenceClient
         # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
         policy = make_policy(s["policy"], *slots[0].spaces)
+        policy.acting_as(self.spec.index, self.spec.group_size)
         if "inference" not in self.spec.streams:
             params = self.spec.streams["parameters"]
             subscriber = open_subscriber(self.ctx, params.key, params.transport)

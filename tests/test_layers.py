@@ -18,7 +18,8 @@ ALLOWED = {
     "algorithms": {"api", "data"},
     "envs": {"api", "data"},
     "streams": {"api", "data"},
-    "workers": {"api", "data", "streams", "envs"},
+    "replay": {"data"},
+    "workers": {"api", "data", "streams", "envs", "replay"},
     "launch": {"api", "data", "streams", "workers"},
     # The user's view of runs reads run directories: of launch, only the run directory's layout
     # (test_report_reads_only_the_run_directory_of_launch).

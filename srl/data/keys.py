@@ -24,3 +24,15 @@ ALIVE = "alive"
 #: True where a row begins a new episode, so an RNN restarts there from its initial state
 #: (derived by the algorithm from the done flags of the row before; not sent by actors).
 EPISODE_START = "episode_start"
+
+# Replay batches (built by buffer workers, see `srl.replay`).
+#: The observation an n-step return bootstraps from.
+NEXT_OBS = "next_obs"
+#: Discounted sum of the n rewards after the action (fewer at an episode's or segment's end).
+NSTEP_RETURN = "nstep_return"
+#: What multiplies the bootstrap value: gamma ** n, or 0 after a terminal step.
+DISCOUNT = "discount"
+#: Which stored unit a sampled row came from (for the priority update the learner sends back).
+REPLAY_INDEX = "replay_index"
+#: Importance-sampling weight of a sampled row (prioritized replay; 1 with uniform replay).
+REPLAY_WEIGHT = "replay_weight"

@@ -66,6 +66,7 @@ ENVS = Registry("env", {
 POLICIES = Registry("policy", {
     "actor_critic": "srl.models.actor_critic:ActorCriticPolicy",
     "random": "srl.models.random:RandomPolicy",
+    "q_network": "srl.models.q_network:QNetworkPolicy",
 })
 ALGORITHMS = Registry("algorithm", {
     "ppo": "srl.algorithms.ppo:PPO",

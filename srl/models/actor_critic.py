@@ -85,6 +85,48 @@ class MLP(nn.Sequential):
         return x
 
 
+def remember(lstm: nn.LSTM, x: torch.Tensor, memory: Memory,
+             starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:
+    """Run `lstm` over features `x` from `memory`: one step per row when `starts` is None
+    (acting), else an unroll over rows [T * B] time-major that restarts where `starts` [T, B]
+    is set, so training sees exactly the state acting had (shared by every recurrent policy)."""
+    h, c = memory
+    if starts is None:  # acting: one step per row
+        starts = torch.zeros((1, x.shape[0]), dtype=torch.bool, device=x.device)
+    steps, rows = starts.shape
+    x = x.reshape(steps, rows, -1)
+    outs = []
+    for t in range(steps):
+        keep = (~starts[t]).to(x.dtype)[:, None]  # a new episode starts from the zero state
+        out, (h, c) = lstm(x[t][None], ((h * keep)[None], (c * keep)[None]))
+        h, c = h[0], c[0]
+        outs.append(out[0])
+    return torch.cat(outs), (h, c)
+
+
+def obs_tensors(obs: Mapping[str, Any], lead: int, device: torch.device) -> tuple[dict[str, torch.Tensor], tuple[int, ...]]:
+    """Observation fields as tensors on `device` with the `lead` leading dims flattened to one;
+    returns them and the leading shape."""
+    out, shape = {}, ()
+    on_cpu = device.type == "cpu"
+    for path, x in (obs.items_flat() if isinstance(obs, NamedArray) else obs.items()):
+        # from_numpy shares the array's memory without as_tensor's checks (called every step)
+        x = torch.from_numpy(x) if on_cpu and isinstance(x, np.ndarray) else torch.as_tensor(x, device=device)
+        shape = tuple(x.shape[:lead])
+        out[path] = x if lead == 1 else x.reshape(-1, *x.shape[lead:])
+    return out, shape
+
+
+def module_params(module: nn.Module) -> NamedArray:
+    """A module's state (weights and buffers) as a flat NamedArray of numpy arrays, for the wire."""
+    return NamedArray.from_flat([(k.replace(".", "/"), v.detach().cpu().numpy()) for k, v in module.state_dict().items()])
+
+
+def load_module_params(module: nn.Module, params: NamedArray) -> None:
+    """Load what `module_params` returned."""
+    module.load_state_dict({path.replace("/", "."): torch.from_numpy(np.array(leaf)) for path, leaf in params.items_flat()})
+
+
 class ActorCriticNet(nn.Module):
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, config: ActorCriticConfig) -> None:
         super().__init__()
@@ -129,26 +171,12 @@ class ActorCriticNet(nn.Module):
         encoded = self.actor_encoder({k: obs[k] for k in self.actor_inputs})
         features = encoded
         if self.memory is not None:
-            features, memory = self._remember(encoded, memory, starts)
+            features, memory = remember(self.memory, encoded, memory, starts)
         if self.critic_encoder is not None:
             critic_features = self.critic_encoder({k: obs[k] for k in self.critic_inputs})
         else:
             critic_features = features if self.critic_shares_actor else encoded
         return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1), memory
-
-    def _remember(self, x: torch.Tensor, memory: Memory, starts: torch.Tensor | None) -> tuple[torch.Tensor, Memory]:
-        h, c = memory
-        if starts is None:  # acting: one step per row
-            starts = torch.zeros((1, x.shape[0]), dtype=torch.bool, device=x.device)
-        steps, rows = starts.shape
-        x = x.reshape(steps, rows, -1)
-        outs = []
-        for t in range(steps):
-            keep = (~starts[t]).to(x.dtype)[:, None]  # a new episode starts from the zero state
-            out, (h, c) = self.memory(x[t][None], ((h * keep)[None], (c * keep)[None]))
-            h, c = h[0], c[0]
-            outs.append(out[0])
-        return torch.cat(outs), (h, c)
 
 
 class ActingModule(nn.Module):
@@ -178,19 +206,8 @@ class ActorCriticPolicy(Policy):
         self.config = ActorCriticConfig(**args)
         self.observation_space = observation_space
         self.device = torch.device(device)
-        self._on_cpu = self.device.type == "cpu"
         self.net = ActorCriticNet(observation_space, action_space, self.config).to(self.device)
         self.version = 0
-
-    def _obs(self, obs: Mapping[str, Any], lead: int) -> tuple[dict[str, torch.Tensor], tuple[int, ...]]:
-        """Tensors with the leading dims flattened to one; returns them and the leading shape."""
-        out, shape = {}, ()
-        for path, x in (obs.items_flat() if isinstance(obs, NamedArray) else obs.items()):
-            # from_numpy shares the array's memory without as_tensor's checks (called every step)
-            x = torch.from_numpy(x) if self._on_cpu and isinstance(x, np.ndarray) else torch.as_tensor(x, device=self.device)
-            shape = tuple(x.shape[:lead])
-            out[path] = x if lead == 1 else x.reshape(-1, *x.shape[lead:])
-        return out, shape
 
     def initial_state(self, batch: int) -> NamedArray:
         if self.net.memory is None:
@@ -205,7 +222,7 @@ class ActorCriticPolicy(Policy):
 
     @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        dists, value, memory = self.net(self._obs(obs, 1)[0], self._memory(state))
+        dists, value, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
         action = self.net.head.sample(dists, deterministic)
         out = NamedArray({
             keys.ACTION: action.cpu().numpy(),
@@ -224,7 +241,7 @@ class ActorCriticPolicy(Policy):
         """
         action = batch[keys.ACTION]
         lead = action.dim() - len(self.net.head.action_shape)
-        obs, shape = self._obs(batch[keys.OBS], lead)
+        obs, shape = obs_tensors(batch[keys.OBS], lead, self.device)
         if self.net.memory is None:
             dists, value, _ = self.net(obs)
         else:
@@ -252,9 +269,8 @@ class ActorCriticPolicy(Policy):
         return ActingModule(copy.deepcopy(self.net).cpu().eval(), list(self.observation_space.spaces))
 
     def get_params(self) -> NamedArray:
-        return NamedArray.from_flat([(k.replace(".", "/"), v.detach().cpu().numpy()) for k, v in self.net.state_dict().items()])
+        return module_params(self.net)
 
     def set_params(self, params: NamedArray, version: int) -> None:
-        state = {path.replace("/", "."): torch.from_numpy(np.array(leaf)) for path, leaf in params.items_flat()}
-        self.net.load_state_dict(state)
+        load_module_params(self.net, params)
         self.version = version

@@ -1,0 +1,205 @@
+"""A Q-network for the DQN family (DQN, Ape-X, R2D2, VDN/QMIX): encoder, optional LSTM, MLP
+torso and (dueling) action-value heads, acting epsilon-greedily.
+
+Exploration lives in the policy, not the algorithm, because actors act with their own copies:
+each copy anneals epsilon over the rows it acted on, or (Ape-X) holds a fixed epsilon chosen
+by its actor index through `acting_as`. Recurrent replay (R2D2) unrolls the LSTM from a
+stored state with restarts at episode starts, exactly as the actor-critic does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import pydantic
+import torch
+from torch import nn
+
+from srl.api.policy import Analysis, ValuePolicy
+from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.models.actor_critic import (
+    MLP,
+    Memory,
+    load_module_params,
+    module_params,
+    obs_tensors,
+    remember,
+)
+from srl.models.encoders import ENCODERS
+
+Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
+
+
+class QNetworkConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    hidden: list[pydantic.PositiveInt] = [64, 64]
+    activation: Literal["relu", "tanh"] = "relu"
+    encoder: Literal["flatten", "nature_cnn"] = "flatten"
+    #: Observation fields the network reads (default: every field except `state`, which is a global state for mixers).
+    inputs: list[str] | None = None
+    #: Dueling heads: Q = V + A - mean(A).
+    dueling: bool = True
+    #: Width of an LSTM after the encoder (0: feed-forward), for recurrent replay (R2D2).
+    lstm: pydantic.NonNegativeInt = 0
+    #: Epsilon-greedy exploration, annealed linearly over the env steps (rows) this copy acts on.
+    epsilon_start: Probability = 1.0
+    epsilon_end: Probability = 0.05
+    epsilon_decay_steps: pydantic.NonNegativeInt = 10_000
+    #: Ape-X: actor i of n explores with epsilon_end ** (1 + apex_alpha * i / (n - 1)) from the start
+    #: (no annealing); None: every actor anneals as above. (Ape-X paper: epsilon_end 0.4, alpha 7.)
+    apex_alpha: float | None = None
+
+
+class QNet(nn.Module):
+    def __init__(self, observation_space: gym.spaces.Dict, actions: int, config: QNetworkConfig) -> None:
+        super().__init__()
+        fields = list(observation_space.spaces)
+        self.inputs = config.inputs or [f for f in fields if f != "state"] or fields
+        for name in self.inputs:
+            if name not in observation_space.spaces:
+                raise ValueError(f"policy input {name!r} is not an observation field (fields: {fields})")
+        self.encoder = ENCODERS[config.encoder]({k: observation_space[k] for k in self.inputs})
+        self.memory = nn.LSTM(self.encoder.out_dim, config.lstm) if config.lstm else None
+        act = nn.Tanh if config.activation == "tanh" else nn.ReLU
+        self.torso = MLP(config.lstm or self.encoder.out_dim, config.hidden, act)
+        self.advantage = nn.Linear(self.torso.out_dim, actions)
+        self.value = nn.Linear(self.torso.out_dim, 1) if config.dueling else None
+
+    def forward(self, obs: dict[str, torch.Tensor], memory: Memory | None = None,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, Memory | None]:
+        """`obs` fields [N, ...]; returns Q [N, actions] and the next memory (see `remember`)."""
+        features = self.encoder({k: obs[k] for k in self.inputs})
+        if self.memory is not None:
+            features, memory = remember(self.memory, features, memory, starts)
+        x = self.torso(features)
+        advantage = self.advantage(x)
+        if self.value is None:
+            return advantage, memory
+        # Centring the advantages makes V identifiable (the dueling paper's mean variant).
+        return self.value(x) + advantage - advantage.mean(-1, keepdim=True), memory
+
+
+class QActingModule(nn.Module):
+    """Greedy acting with a net of its own (what `srl export` traces): observation fields
+    positionally (the order of `fields`), then an LSTM's (h, c); returns the argmax action,
+    then the next (h, c)."""
+
+    def __init__(self, net: QNet, fields: list[str]) -> None:
+        super().__init__()
+        self.net, self.fields = net, fields
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        memory = (inputs[-2], inputs[-1]) if self.net.memory is not None else None
+        q, memory = self.net(dict(zip(self.fields, inputs)), memory)
+        action = q.argmax(-1)
+        return action if memory is None else (action, *memory)
+
+
+class QNetworkPolicy(ValuePolicy):
+    Config = QNetworkConfig
+
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, device: str = "cpu",
+                 **args: Any) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"a Q-network needs a Discrete action space (one value per action); got {action_space}")
+        self.config = QNetworkConfig(**args)
+        self.observation_space = observation_space
+        self.actions = int(action_space.n)
+        self.device = torch.device(device)
+        self.net = QNet(observation_space, self.actions, self.config).to(self.device)
+        self.version = 0
+        # Workers seed torch per worker identity, so each copy explores with its own stream.
+        self.rng = np.random.default_rng(torch.initial_seed())
+        self.acted_rows = 0
+        self._fixed_epsilon: float | None = None
+
+    @property
+    def epsilon(self) -> float:
+        """This copy's exploration rate now: its Ape-X epsilon, or the linear anneal's."""
+        if self._fixed_epsilon is not None:
+            return self._fixed_epsilon
+        c = self.config
+        done = min(1.0, self.acted_rows / c.epsilon_decay_steps) if c.epsilon_decay_steps else 1.0
+        return c.epsilon_start + (c.epsilon_end - c.epsilon_start) * done
+
+    def acting_as(self, actor: int, actors: int) -> None:
+        if self.config.apex_alpha is not None:
+            self._fixed_epsilon = self.config.epsilon_end ** (1 + self.config.apex_alpha * actor / max(actors - 1, 1))
+
+    def initial_state(self, batch: int) -> NamedArray:
+        if self.net.memory is None:
+            return NamedArray()
+        zeros = np.zeros((batch, self.config.lstm), np.float32)
+        return NamedArray({"h": zeros, "c": zeros.copy()})
+
+    def _memory(self, state: Mapping[str, Any]) -> Memory | None:
+        if self.net.memory is None:
+            return None
+        return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
+
+    def _logprob(self, action: torch.Tensor, greedy: torch.Tensor, epsilon: float) -> torch.Tensor:
+        """Log-probability of `action` under epsilon-greedy around `greedy`."""
+        return torch.log(epsilon / self.actions + (1 - epsilon) * (action == greedy).float())
+
+    @torch.inference_mode()
+    def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+        q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
+        value, greedy = q.max(-1)
+        greedy = greedy.cpu().numpy()
+        if deterministic:
+            action, logprob = greedy, np.zeros(len(greedy), np.float32)
+        else:
+            epsilon, rows = self.epsilon, len(greedy)
+            explore = self.rng.random(rows) < epsilon
+            action = np.where(explore, self.rng.integers(0, self.actions, rows), greedy)
+            logprob = self._logprob(torch.from_numpy(action), torch.from_numpy(greedy), epsilon).numpy()
+            self.acted_rows += rows
+        out = NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob, keys.VALUE: value.cpu().numpy()})
+        if memory is not None:
+            out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
+        return out
+
+    def q_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        obs = batch[keys.OBS]
+        # The leading shape is what the first observation field has beyond its space's shape.
+        path, first = next(iter(obs.items_flat() if isinstance(obs, NamedArray) else obs.items()))
+        lead = np.ndim(first) - len(self.observation_space[path].shape)
+        tensors, shape = obs_tensors(obs, lead, self.device)
+        if self.net.memory is None:
+            q, _ = self.net(tensors)
+        else:
+            if lead != 2:
+                raise ValueError(f"an LSTM policy evaluates [T, B] rows (time-major); got {lead} leading dims")
+            starts = torch.as_tensor(batch[keys.EPISODE_START], device=self.device)
+            q, _ = self.net(tensors, self._memory(batch[keys.RNN_STATE]), starts)
+        return q.reshape(*shape, self.actions)
+
+    def analyze(self, batch: Mapping[str, Any], entropy: bool = True) -> Analysis:
+        """Log-prob of the batch's actions under epsilon-greedy with the current epsilon (no
+        entropy: it is not a quantity value-based learning uses) and the greedy value max Q."""
+        q = self.q_values(batch)
+        value, greedy = q.max(-1)
+        action = torch.as_tensor(batch[keys.ACTION], device=self.device)
+        return Analysis(self._logprob(action, greedy, self.epsilon), None, value)
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        return self.net.parameters()
+
+    def buffers(self) -> Iterator[torch.Tensor]:
+        return self.net.buffers()
+
+    def acting_module(self) -> QActingModule:
+        """A CPU copy of the net that acts greedily (later training does not change it)."""
+        return QActingModule(copy.deepcopy(self.net).cpu().eval(), list(self.observation_space.spaces))
+
+    def get_params(self) -> NamedArray:
+        return module_params(self.net)
+
+    def set_params(self, params: NamedArray, version: int) -> None:
+        load_module_params(self.net, params)
+        self.version = version

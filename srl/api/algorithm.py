@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+import numpy as np
 import pydantic
 
 from srl.api.config import ExperimentConfig
@@ -49,6 +50,11 @@ class Algorithm(ABC):
     @abstractmethod
     def step(self, batch: NamedArray) -> dict[str, float]:
         """Learn from one batch; return scalar statistics for logging."""
+
+    def priorities(self) -> np.ndarray | None:
+        """After a `step` on a replay batch: a new priority per sampled unit, shaped like its
+        `keys.REPLAY_INDEX` (prioritized replay), or None to leave priorities as they are."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Optimiser state and counters for checkpoints."""

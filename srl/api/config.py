@@ -116,6 +116,33 @@ class StreamsConfig(Section):
     trainer_queue: PositiveInt = 16
 
 
+class ReplayConfig(Section):
+    """Replay buffer workers, in the graphs of algorithms that replay samples (DQN, QMIX, ...)."""
+
+    #: Buffer workers; actors are shared out among them, and they among the trainers.
+    count: PositiveInt = 1
+    placement: Placement = Placement()
+    #: Env steps each buffer holds (the oldest are overwritten).
+    capacity: PositiveInt = 100_000
+    #: Units (transitions, or sequences for recurrent replay) per gradient update.
+    batch_size: PositiveInt = 64
+    #: Gradient updates per message to the trainer (a larger message costs less per update).
+    updates_per_batch: PositiveInt = 1
+    #: Gradient updates per env step, held both ways: the trainer waits for samples and the
+    #: actors wait for the trainer. None: both run as fast as they can (Ape-X).
+    replay_ratio: float | None = Field(0.25, gt=0)
+    #: Env steps a buffer holds before it sends its first batch.
+    learning_starts: int = Field(1000, ge=0)
+    #: Prioritized replay: draw units in proportion to priority ** alpha (0: uniform) ...
+    alpha: float = Field(0.0, ge=0)
+    #: ... and weight them by (N * P) ** -beta.
+    beta: float = Field(0.4, ge=0, le=1)
+    #: Batches sent and not yet taken by the trainer, at most.
+    batches_in_flight: PositiveInt = 2
+    #: Save the buffers' contents with the checkpoints and reload them on --resume.
+    save_contents: bool = False
+
+
 class StopConfig(Section):
     env_steps: PositiveInt | None = None
     time_s: float | None = Field(None, gt=0)
@@ -180,6 +207,8 @@ class ExperimentConfig(Section):
     policy_workers: PolicyWorkersConfig = PolicyWorkersConfig()
     trainers: TrainersConfig = TrainersConfig()
     streams: StreamsConfig = StreamsConfig()
+    #: Replay buffers (only algorithms with a replay graph use this section).
+    replay: ReplayConfig = ReplayConfig()
     stop: StopConfig = StopConfig()
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

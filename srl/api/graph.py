@@ -153,15 +153,43 @@ def on_policy_graph(config: ExperimentConfig) -> Graph:
     Each group is told only its own sections of the config. Samplers (actors, policy
     workers) yield the CPU to trainers unless their placement sets `nice`.
     """
+    return Graph(groups={"trainer": _trainer_group(config), **_sampler_groups(config)})
+
+
+def replay_graph(config: ExperimentConfig, unit: Literal["transition", "sequence"] = "transition",
+                 n_step: int = 1, gamma: float = 0.99, joint: bool = False) -> Graph:
+    """Actors -> replay buffers -> trainers; parameters back to the actors (or policy workers);
+    the trainers' new priorities back to the buffer that sent each batch.
+
+    The buffers (the config's `replay:` section) store `unit`s: transitions with `n_step`
+    returns discounted by `gamma`, or whole sequences; `joint`: one transition holds all the
+    agents of an env (VDN, QMIX).
+    """
     c = config
-    remote = c.actors.inference == "remote"
-    env, policy = c.env.model_dump(), c.policy.model_dump()
-    groups = {"trainer": Group(
+    buffer = Group(
+        kind="buffer", count=c.replay.count, placement=_niced(c.replay.placement, 0),
+        settings={"env": c.env.model_dump(), "replay": c.replay.model_dump(exclude={"count", "placement"}),
+                  "trajectory_length": c.actors.trajectory_length, "unit": unit, "n_step": n_step, "gamma": gamma,
+                  "joint": joint, "checkpoint": c.checkpoint.model_dump()},
+        streams={"samples": "samples", "replay": "replay"})
+    return Graph(groups={"trainer": _trainer_group(config, samples="replay"), "buffer": buffer,
+                         **_sampler_groups(config)})
+
+
+def _trainer_group(c: ExperimentConfig, samples: str = "samples") -> Group:
+    return Group(
         kind="trainer", count=c.trainers.count, placement=_niced(c.trainers.placement, 0),
-        settings={"env": env, "policy": policy, "algorithm": c.algorithm.model_dump(),
+        settings={"env": c.env.model_dump(), "policy": c.policy.model_dump(), "algorithm": c.algorithm.model_dump(),
                   "trainers": c.trainers.model_dump(), "checkpoint": c.checkpoint.model_dump(),
                   "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
-        streams={"samples": "samples", "parameters": "parameters"})}
+        streams={"samples": samples, "parameters": "parameters"})
+
+
+def _sampler_groups(c: ExperimentConfig) -> dict[str, Group]:
+    """Actors, and policy workers when inference is remote."""
+    remote = c.actors.inference == "remote"
+    env, policy = c.env.model_dump(), c.policy.model_dump()
+    groups = {}
     if remote:
         groups["policy"] = Group(
             kind="policy", count=c.policy_workers.count, placement=_niced(c.policy_workers.placement, SAMPLER_NICE),
@@ -173,7 +201,7 @@ def on_policy_graph(config: ExperimentConfig) -> Graph:
         settings={"env": env, "policy": policy, "actors": c.actors.model_dump(), "sample_slots": c.streams.sample_slots,
                   "batch_steps": c.trainers.batch_steps},
         streams={"samples": "samples", **({"inference": "inference"} if remote else {"parameters": "parameters"})})
-    return Graph(groups=groups)
+    return groups
 
 
 def _niced(placement: Placement, default_nice: int) -> Placement:

@@ -72,6 +72,7 @@ ALGORITHMS = Registry("algorithm", {
     "ppo": "srl.algorithms.ppo:PPO",
     "appo": "srl.algorithms.appo:APPO",
     "noop": "srl.algorithms.noop:NoopAlgorithm",
+    "dqn": "srl.algorithms.dqn:DQN",
 })
 #: Worker kinds: what a graph's groups run (see `srl.api.graph`).
 WORKERS = Registry("worker kind", {
@@ -79,4 +80,5 @@ WORKERS = Registry("worker kind", {
     "policy": "srl.workers.policy_worker:PolicyWorker",
     "trainer": "srl.workers.trainer:TrainerWorker",
     "relay": "srl.workers.relay:RelayWorker",
+    "buffer": "srl.workers.buffer:BufferWorker",
 })

@@ -36,3 +36,5 @@ DISCOUNT = "discount"
 REPLAY_INDEX = "replay_index"
 #: Importance-sampling weight of a sampled row (prioritized replay; 1 with uniform replay).
 REPLAY_WEIGHT = "replay_weight"
+#: A learner's new priority for a sampled unit (e.g. its |TD error|), sent back to the buffer.
+PRIORITY = "priority"

@@ -3,6 +3,10 @@
 Each producer holds `slots` credits. Sending spends one; the consumer returns it once
 it has copied the trajectory out. A producer with no credit left waits, so a slow
 trainer slows the actors down instead of growing a queue.
+
+The consumer may also answer a batch (`SampleConsumer.reply`): a learner sends a replay
+buffer the new priorities of the rows it sampled. Answers come back to the producer with
+the credits and wait in `SampleProducer.take_replies()`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from typing import Any
 
 from srl.data.named_array import NamedArray
 from srl.streams.link import LinkClient, LinkServer, StreamContext, Transport
+
+#: Meta keys: a consumer's answer (not a credit); and, in what `get` returns, who sent the batch.
+_REPLY = "reply"
+_FROM = "_from"
 
 
 class SampleProducer:
@@ -30,6 +38,9 @@ class SampleProducer:
         self.reconnects = 0
         #: Seconds spent waiting for credit: the trainer holding the actor back.
         self.blocked_s = 0.0
+        self.replies: list[NamedArray] = []
+        #: When `try_put` first found no credit (None: it had credit last time).
+        self._short_since: float | None = None
 
     @property
     def in_flight(self) -> int:
@@ -38,8 +49,40 @@ class SampleProducer:
 
     def _collect_credits(self, timeout_ms: int) -> None:
         while (got := self.link.recv(timeout_ms)) is not None:
-            self.free.append(got.slot)
+            if got.meta.get(_REPLY):
+                if got.arrays is not None:
+                    self.replies.append(got.arrays.copy())  # views of shared memory the next reply reuses
+            else:
+                self.free.append(got.slot)
             timeout_ms = 0
+
+    def poll(self, timeout_ms: int) -> None:
+        """Wait up to `timeout_ms` for a credit or a reply."""
+        self._collect_credits(timeout_ms)
+
+    def take_replies(self) -> list[NamedArray]:
+        """The consumer's answers received so far (see `SampleConsumer.reply`)."""
+        self._collect_credits(0)
+        replies, self.replies = self.replies, []
+        return replies
+
+    def try_put(self, batch: NamedArray, meta: dict[str, Any] | None = None) -> bool:
+        """Send `batch` if a credit is free; never waits. False: none is (the batch was not sent)."""
+        self._collect_credits(0)
+        if not self.free:
+            now = time.monotonic()
+            if self._short_since is None:
+                self._short_since = now
+            elif now - self._short_since > self.reconnect_after_s:
+                self._short_since = now
+                if self.link.refresh():  # the consumer was replaced: its credits start afresh
+                    self.reconnects += 1
+                    self.free = list(range(self.slots))
+            if not self.free:
+                return False
+        self._short_since = None
+        self.link.send(self.free.pop(), meta or {}, batch)
+        return True
 
     def put(self, batch: NamedArray, meta: dict[str, Any] | None = None,
             while_waiting: Callable[[], bool] | None = None) -> bool:
@@ -78,7 +121,11 @@ class SampleConsumer:
             return None
         batch = got.arrays.copy() if got.arrays is not None else None
         self.link.send(got.client, got.slot, {})  # credit back: the slot is free again
-        return (got.meta, batch) if batch is not None else None
+        return ({**got.meta, _FROM: got.client}, batch) if batch is not None else None
+
+    def reply(self, meta: dict[str, Any], arrays: NamedArray) -> None:
+        """Answer the producer of the batch `get` returned with `meta` (it reads `take_replies`)."""
+        self.link.send(meta[_FROM], 0, {_REPLY: 1}, arrays)
 
     @property
     def queued(self) -> int:

@@ -1,9 +1,12 @@
 """The trainer worker: samples in, `algorithm.step(batch)` out, parameters published.
 
-The buffer is on-policy with a staleness bound: a trajectory whose oldest action came
-from a policy more than `max_staleness` versions behind is dropped (and counted), unless
-the algorithm corrects for staleness (`Algorithm.corrects_staleness`, V-trace), which
-learns from every sample. Reuse of each sample is bounded by the algorithm (PPO's epochs).
+Fed by actors, the buffer is on-policy with a staleness bound: a trajectory whose oldest
+action came from a policy more than `max_staleness` versions behind is dropped (and
+counted), unless the algorithm corrects for staleness (`Algorithm.corrects_staleness`,
+V-trace), which learns from every sample. Reuse of each sample is bounded by the algorithm
+(PPO's epochs). Fed by replay buffer workers (`srl.workers.buffer`), each batch is one
+`step` as it comes, counted as the env steps the buffer says it stands for, and the
+algorithm's new priorities for its rows (`Algorithm.priorities`) go back to that buffer.
 """
 
 from __future__ import annotations
@@ -89,7 +92,10 @@ class TrainerWorker(Worker):
     def poll(self) -> None:
         got = self.consumer.get(100)
         while got is not None:
-            _, batch = got
+            meta, batch = got
+            if meta.get("replay"):  # a replay buffer's batch: learn from it as it is
+                self._train(batch, int(meta["env_steps"]), meta)
+                break
             steps = batch[keys.REWARD][:-1].size
             stale = self.policy.version - int(batch[keys.VERSION].min()) > self.max_staleness
             if stale and not self.algorithm.corrects_staleness:
@@ -98,7 +104,9 @@ class TrainerWorker(Worker):
                 self.buffer.append(batch)
                 self.buffered += steps
             if self.buffered >= self.batch_steps:
-                self._train()
+                batch, steps = concat(self.buffer, axis=1), self.buffered
+                self.buffer, self.buffered = [], 0
+                self._train(batch, steps)
                 break
             got = self.consumer.get(0)
         if self.publisher is not None:
@@ -106,22 +114,31 @@ class TrainerWorker(Worker):
             if time.monotonic() - self.last_checkpoint > self.checkpoint_every_s:
                 self.save_checkpoint()
 
-    def _train(self) -> None:
-        batch = concat(self.buffer, axis=1)
-        self.buffer, self.buffered = [], 0
-        self.version_lag.add(self.policy.version - float(batch[keys.VERSION][:-1].mean()))
+    def _train(self, batch: NamedArray, env_steps: int, replay: dict[str, Any] | None = None) -> None:
+        """One `algorithm.step`: on a batch of trajectories, or on a replay buffer's batch (`replay`:
+        its meta), whose sender then gets the rows' new priorities if the algorithm has them."""
+        version = batch[keys.VERSION] if replay else batch[keys.VERSION][:-1]
+        self.version_lag.add(self.policy.version - float(version.mean()))
         start = time.monotonic()
         # Learn first, with the statistics the actors normalised this batch with (so log-prob
         # ratios compare like with like); then fold the batch into them for the next version.
+        # Replayed observations were folded in already when they were new (or never: a policy
+        # that normalises observations has no replay buffer in its graph to count twice).
         with self.busy():  # a CNN step on a CPU can outlast the heartbeat timeout
             self.last_stats = self.algorithm.step(batch)
-        self.policy.update_statistics(batch[keys.OBS][:-1])
+        if replay is None:
+            self.policy.update_statistics(batch[keys.OBS][:-1])
+        else:
+            priorities = self.algorithm.priorities()
+            if priorities is not None:
+                self.consumer.reply(replay, NamedArray({keys.REPLAY_INDEX: batch[keys.REPLAY_INDEX],
+                                                        keys.PRIORITY: priorities}))
         if self.ddp is not None:
             self.ddp.sync_buffers(self.policy)
         took = time.monotonic() - start
         self.step_time.add(took)
         self.train_time += took
-        self.trained_steps += batch[keys.REWARD][:-1].size
+        self.trained_steps += env_steps
         if not self._weights_finite():
             self._diverged()
         if self.publisher is not None and self.policy.version != self.published_version:

@@ -1,0 +1,153 @@
+"""The buffer worker: a thin shell around a `ReplayBuffer`, between actors and trainers.
+
+Trajectories come in on `samples` (each buffer serves its share of the actors); batches go
+out on `replay` to a trainer, which answers each with its rows' new priorities. The buffer
+holds the configured replay ratio (updates per env step) both ways: it sends no more
+updates than the env steps it took allow, and takes no more trajectories than the updates
+sent allow (a short lead aside), so actors wait for a slow trainer through the stream's
+credits and a fast trainer waits for samples. Without a ratio (Ape-X) neither waits.
+
+Each batch's meta tells the trainer how many env steps it stands for: updates / ratio, or,
+without a ratio, the env steps that arrived since the previous batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from srl.api.graph import Port, Supervision
+from srl.data import keys
+from srl.replay.buffer import ReplayBuffer
+from srl.streams.samples import SampleConsumer, SampleProducer
+from srl.workers.base import Worker
+from srl.workers.components import make_env
+
+log = logging.getLogger(__name__)
+
+#: Trajectories taken, and batches sent, per poll at most (so heartbeats and replies keep flowing).
+MAX_PER_POLL = 8
+
+
+class BufferWorker(Worker):
+    ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce")}
+    # A replaced buffer starts empty, unless `replay.save_contents` kept what it held.
+    supervision = Supervision(scope="worker")
+    counters = ()
+
+    def setup(self) -> None:
+        s = self.spec.settings
+        self.settings = r = s["replay"]
+        env = make_env(s["env"])
+        agents = len(env.agent_ids) if s["joint"] else 1
+        env.close()
+        self.buffer = ReplayBuffer(r["capacity"], s["trajectory_length"], agents, unit=s["unit"],
+                                   n_step=s["n_step"], gamma=s["gamma"], alpha=r["alpha"], beta=r["beta"],
+                                   seed=self.spec.seed)
+        self.contents = Path(self.spec.run_dir) / "checkpoints" / f"replay-{self.spec.index}.npz"
+        self.save_every_s = s["checkpoint"]["every_s"]
+        if self.spec.resume and r["save_contents"] and self.contents.exists():
+            with np.load(self.contents, allow_pickle=False) as saved:
+                self.buffer.load_state_dict(dict(saved))
+            log.info("replay contents reloaded: %d env steps", self.buffer.env_steps)
+        samples, replay = self.spec.streams["samples"], self.spec.streams["replay"]
+        self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
+        self.out = SampleProducer(self.ctx, replay.key, replay.transport, self.name, r["batches_in_flight"])
+        self.ratio: float | None = r["replay_ratio"]
+        self.updates_per_batch = r["updates_per_batch"]
+        #: Env steps per batch at the ratio; a trajectory may overshoot the lead by its own size.
+        self.steps_per_batch = self.updates_per_batch / self.ratio if self.ratio else 0.0
+        self.lead = 2 * self.steps_per_batch
+        self.taken_steps = self.buffer.env_steps  # a reloaded buffer's contents count as taken
+        self.updates_sent = 0
+        self.unsent_steps = 0.0  # env steps not yet attributed to a batch (fractions carried)
+        self.pending = None  # a sampled batch the trainer had no credit for yet
+        self.priority_updates = 0
+        self.started = self.last_save = time.monotonic()
+
+    # ------------------------------------------------------------------ the ratio
+    def _may_take(self) -> bool:
+        if self.ratio is None:
+            return True
+        learned = self.updates_sent / self.ratio
+        return self.taken_steps - self.settings["learning_starts"] - learned < self.lead
+
+    def _may_send(self) -> bool:
+        if self.buffer.env_steps < self.settings["learning_starts"] or self.buffer.tree.total <= 0:
+            return False
+        if self.ratio is None:
+            return True
+        allowed = (self.taken_steps - self.settings["learning_starts"]) * self.ratio
+        return self.updates_sent + self.updates_per_batch <= allowed
+
+    # ------------------------------------------------------------------ the loop
+    def poll(self) -> None:
+        for reply in self.out.take_replies():
+            self.priority_updates += self.buffer.update_priorities(reply[keys.REPLAY_INDEX], reply[keys.PRIORITY])
+        took = sent = 0
+        while took < MAX_PER_POLL and self._may_take() and (got := self.consumer.get(0)) is not None:
+            self._insert(got[1])
+            took += 1
+        while sent < MAX_PER_POLL and (self.pending is not None or self._may_send()):
+            if not self._send():
+                break
+            sent += 1
+        if not took and not sent:  # idle: wait a little for whichever side can move us on
+            if self._may_take() and (got := self.consumer.get(5)) is not None:
+                self._insert(got[1])
+            else:
+                self.out.poll(5)
+        if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:
+            self.save_contents()
+
+    def _insert(self, trajectory: Any) -> None:
+        steps = self.buffer.insert(trajectory)
+        self.taken_steps += steps
+        if self.ratio is None:
+            self.unsent_steps += steps
+
+    def _send(self) -> bool:
+        """Send the pending batch or a fresh one; False when the trainer has no credit free."""
+        if self.pending is None:
+            self.pending = self.buffer.sample(self.settings["batch_size"], self.updates_per_batch)
+            self.unsent_steps += self.steps_per_batch
+        steps = int(self.unsent_steps)
+        if not self.out.try_put(self.pending, {"replay": 1, "env_steps": steps}):
+            return False
+        self.pending = None
+        self.unsent_steps -= steps
+        self.updates_sent += self.updates_per_batch
+        return True
+
+    def save_contents(self) -> None:
+        """Write the contents next to the checkpoints, atomically (plain arrays, no pickle)."""
+        self.contents.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.contents.with_name(f".{self.contents.stem}.tmp.npz")
+        np.savez(tmp, **self.buffer.state_dict())
+        os.replace(tmp, self.contents)
+        self.last_save = time.monotonic()
+
+    def stats(self) -> dict[str, Any]:
+        if not hasattr(self, "started"):
+            return {}
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {"held_steps": self.buffer.env_steps, "capacity": self.settings["capacity"],
+                "memory_mb": round(self.buffer.nbytes / 2**20, 1), "taken_steps": self.taken_steps,
+                "updates_sent": self.updates_sent, "samples_in_per_s": self.taken_steps / elapsed,
+                "batches_out_per_s": self.updates_sent / self.updates_per_batch / elapsed,
+                "priority_updates": self.priority_updates, "dropped": self.consumer.dropped}
+
+    def endpoints(self) -> list[str]:
+        return [self.consumer.link.address] if hasattr(self, "consumer") else []
+
+    def teardown(self) -> None:
+        if hasattr(self, "out") and self.settings["save_contents"]:
+            self.save_contents()
+        for closable in ("consumer", "out"):
+            if hasattr(self, closable):
+                getattr(self, closable).close()

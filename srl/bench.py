@@ -12,6 +12,12 @@ thread each, rates summed):
 * T — the real training run, counting the env steps the trainers learned from (samples
   dropped as too stale are not throughput).
 
+Replay graphs (a `buffer` group between actors and trainers) are measured the same way, with
+the replay ratio r (updates per env step) saying what an update is worth: L is updates/s / r
+on batches sampled from a real `ReplayBuffer` filled with recorded observations; S runs the
+whole graph (actors, buffers and a no-op trainer), so storing samples and drawing batches
+count against the system; T counts updates / r, which the buffers hold to the ratio.
+
 Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
 
@@ -128,6 +134,24 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any) -> No
     algorithm = make_algorithm(config.algorithm.model_dump(), policy)
     # One batch shaped as the trainer sees it: [T + 1, B] with B rows to reach batch_steps.
     B = max(1, -(-config.trainers.batch_steps // T))
+    batch = _trajectories(policy, obs, T, B)
+    replay = _replay_settings(config)
+    if replay is not None:
+        batch, steps_per_step = _replay_batch(replay, batch)
+    else:
+        steps_per_step = T * B
+    algorithm.step(batch)  # warm-up (allocations, lazy imports)
+    steps, start = 0.0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        if replay is None:
+            policy.update_statistics(batch[keys.OBS][:-1])
+        algorithm.step(batch)
+        steps += steps_per_step
+    queue.put(steps / (time.perf_counter() - start))
+
+
+def _trajectories(policy: Any, obs: NamedArray, T: int, B: int) -> NamedArray:
+    """A time-major batch [T + 1, B] of recorded observations, the policy's actions, random rewards."""
     idx = np.random.default_rng(0).integers(0, len(obs), (T + 1) * B)
     rows = obs[idx].map(lambda x: x.reshape(T + 1, B, *x.shape[1:]))
     out = policy.rollout(obs[idx], policy.initial_state(len(idx)))
@@ -139,13 +163,43 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any) -> No
     batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
     batch[keys.ALIVE] = np.ones((T + 1, B), bool)
     batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
-    algorithm.step(batch)  # warm-up (allocations, lazy imports)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        policy.update_statistics(batch[keys.OBS][:-1])
-        algorithm.step(batch)
-        steps += T * B
-    queue.put(steps / (time.perf_counter() - start))
+    if keys.RNN_STATE in out:
+        batch[keys.RNN_STATE] = out[keys.RNN_STATE].map(lambda x: x.reshape(T + 1, B, *x.shape[1:]))
+    return batch
+
+
+def _replay_settings(config: ExperimentConfig) -> dict[str, Any] | None:
+    """The settings of the graph's first buffer group, or None when nothing replays."""
+    from srl.api.graph import resolve
+
+    graph = resolve(config).graph
+    buffers = [g for g in graph.groups.values() if g.kind == "buffer"]
+    if not buffers:
+        return None
+    settings = buffers[0].settings
+    if settings["replay"]["replay_ratio"] is None:
+        raise ValueError("srl bench: replay.replay_ratio is null, so an update stands for no definite number of "
+                         "env steps; bench with a ratio (e.g. replay.replay_ratio=0.25)")
+    return settings
+
+
+def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[NamedArray, float]:
+    """A batch as the buffer sends it (drawn from a real `ReplayBuffer`), and the env steps it stands for."""
+    from srl.replay.buffer import ReplayBuffer
+
+    r = settings["replay"]
+    agents = 1
+    if settings["joint"]:
+        from srl.workers.components import make_env
+
+        env = make_env(settings["env"])
+        agents = len(env.agent_ids)
+        env.close()
+    B = trajectories[keys.REWARD].shape[1] // agents * agents
+    buffer = ReplayBuffer(r["capacity"], settings["trajectory_length"], agents, unit=settings["unit"],
+                          n_step=settings["n_step"], gamma=settings["gamma"], alpha=r["alpha"], beta=r["beta"])
+    buffer.insert(trajectories[:, :B])
+    return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
 
 
 def _parallel(target: Any, args: tuple, processes: int) -> float:
@@ -176,7 +230,9 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
     data["stop"] = {"time_s": seconds + startup_s}
     data.setdefault("log", {}).update({"tensorboard": False, "progress": False, "report_interval_s": 0.5})
     if sampling_only:
-        data["algorithm"] = {"type": "noop", "args": {}}
+        # The algorithm's own graph (replay buffers included), with trainers that learn nothing.
+        trainer = data.setdefault("workers", {}).setdefault("trainer", {})
+        trainer.setdefault("settings", {})["algorithm"] = {"type": "noop", "args": {}}
     config = validate(data)
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as run_dir:
         Controller(config, Path(run_dir) / "run").run()

@@ -108,13 +108,25 @@ class DQN(Algorithm):
             next_value = next_q.gather(-1, chosen).squeeze(-1)
         prediction, target = self.values(q, rows, next_value)
         td = prediction - target
-        per_unit = (F.huber_loss(prediction, target, reduction="none") if c.loss == "huber" else td.pow(2))
+        per_unit = self.elementwise_loss(prediction, target)
         weight = tensor(rows[keys.REPLAY_WEIGHT])
         if per_unit.dim() > 1:  # independent agents: mean over the live ones of each unit
             live = alive.sum(-1).clamp(min=1)
             per_unit = (per_unit * alive).sum(-1) / live
             td = (td.abs() * alive).sum(-1) / live
         loss = (weight * per_unit).mean()
+        self.optimize(loss)
+        return float(loss.detach()), td.detach().abs().cpu().numpy(), float(q.detach().mean())
+
+    def elementwise_loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The configured loss per element (shared with the recurrent subclass)."""
+        if self.config.loss == "huber":
+            return F.huber_loss(prediction, target, reduction="none")
+        return (prediction - target).pow(2)
+
+    def optimize(self, loss: torch.Tensor) -> None:
+        """One optimiser step on `loss`, counting updates and refreshing the target on schedule."""
+        c: DQNConfig = self.config
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if c.max_grad_norm is not None:
@@ -123,7 +135,6 @@ class DQN(Algorithm):
         self.updates += 1
         if self.updates % c.target_update_interval == 0:
             self.refresh_target()
-        return float(loss), td.detach().abs().cpu().numpy(), float(q.detach().mean())
 
     def values(self, q: torch.Tensor, rows: NamedArray, next_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(prediction, target) per agent row [batch, agents]: Q(s, a) and its n-step target."""

@@ -1,0 +1,108 @@
+"""DQN through buffer workers in real runs: it learns, the buffer reports itself, and a
+buffer worker killed mid-run is replaced while the run goes on learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import kill_run, srl_command
+from srl.algorithms.dqn import DQN, DQNConfig
+from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.models.q_network import QNetworkPolicy
+from srl.models.random import RandomPolicy
+from srl.replay.buffer import ReplayBuffer
+
+
+def _status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _cartpole_policy() -> QNetworkPolicy:
+    import gymnasium as gym
+
+    obs = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-5, 5, (4,), np.float32)})
+    return QNetworkPolicy(obs, gym.spaces.Discrete(2), hidden=[16])
+
+
+def _replay_batch(updates: int = 2) -> NamedArray:
+    T, envs = 8, 4
+    rng = np.random.default_rng(0)
+    traj = NamedArray({keys.OBS: {keys.OBS: rng.standard_normal((T + 1, envs, 4)).astype(np.float32)}})
+    traj[keys.ACTION] = rng.integers(0, 2, (T + 1, envs))
+    traj[keys.REWARD] = np.ones((T + 1, envs), np.float32)
+    for flag in (keys.TERMINATED, keys.TRUNCATED):
+        traj[flag] = np.zeros((T + 1, envs), bool)
+    traj[keys.ALIVE] = np.ones((T + 1, envs), bool)
+    traj[keys.VERSION] = np.zeros((T + 1, envs), np.int64)
+    buffer = ReplayBuffer(1000, T, n_step=3, alpha=0.6)
+    buffer.insert(traj)
+    return buffer.sample(16, updates)
+
+
+def test_a_step_learns_from_each_update_and_returns_a_priority_per_sampled_unit() -> None:
+    policy = _cartpole_policy()
+    dqn = DQN(policy, DQNConfig(target_update_interval=2, lr=0.01))
+    batch = _replay_batch(updates=3)
+    before = [p.detach().clone() for p in policy.parameters()]
+    target_before = [p.detach().clone() for p in dqn.target_params]
+    stats = dqn.step(batch)
+    assert policy.version == 1 and dqn.updates == 3 and np.isfinite(stats["loss"])
+    assert dqn.priorities().shape == batch[keys.REPLAY_INDEX].shape and (dqn.priorities() >= 0).all()
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    # refreshed after update 2: the target now equals the online weights of that moment, not the start
+    assert any(not torch.equal(a, b) for a, b in zip(target_before, dqn.target_params))
+    state = dqn.state_dict()
+    other = DQN(_cartpole_policy(), DQNConfig())
+    other.load_state_dict(state)
+    assert other.updates == 3
+    assert all(torch.equal(a, b) for a, b in zip(other.target_params, dqn.target_params))
+
+
+def test_a_policy_without_action_values_is_refused_by_name() -> None:
+    import gymnasium as gym
+
+    obs = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-5, 5, (4,), np.float32)})
+    with pytest.raises(TypeError, match="ValuePolicy"):
+        DQN(RandomPolicy(obs, gym.spaces.Discrete(2)), DQNConfig())
+
+
+@pytest.mark.integration
+def test_cartpole_dqn_learns_through_a_buffer_worker_that_is_replaced_when_killed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-dqn", "--run-dir", str(run_dir), "stop.episode_return=150",
+                    "stop.env_steps=150000", "log.tensorboard=false", "log.report_interval_s=0.5"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline, victim = time.monotonic() + 90, None
+        while victim is None and time.monotonic() < deadline and process.poll() is None:
+            buffers = [w for w in _status(run_dir).get("workers", []) if w["kind"] == "buffer"]
+            if buffers and buffers[0]["state"] == "running" and buffers[0]["stats"].get("updates_sent", 0) > 50:
+                victim = buffers[0]
+            time.sleep(0.2)
+        assert victim is not None, "the buffer never sent batches"
+        assert victim["stats"]["held_steps"] > 0 and victim["stats"]["memory_mb"] > 0
+        assert victim["stats"]["priority_updates"] > 0  # the trainer's answers arrive
+        os.kill(victim["pid"], signal.SIGKILL)
+        out, err = process.communicate(timeout=240)
+    finally:
+        kill_run(process, run_dir)
+    assert process.returncode == 0, err[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("episode_return_mean"), summary
+    buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")
+    assert buffer["restarts"] == 1

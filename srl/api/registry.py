@@ -73,6 +73,7 @@ ALGORITHMS = Registry("algorithm", {
     "appo": "srl.algorithms.appo:APPO",
     "noop": "srl.algorithms.noop:NoopAlgorithm",
     "dqn": "srl.algorithms.dqn:DQN",
+    "r2d2": "srl.algorithms.r2d2:R2D2",
 })
 #: Worker kinds: what a graph's groups run (see `srl.api.graph`).
 WORKERS = Registry("worker kind", {

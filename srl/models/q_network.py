@@ -165,19 +165,24 @@ class QNetworkPolicy(ValuePolicy):
         return out
 
     def q_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        return self.unroll(batch)[0]
+
+    def unroll(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """`q_values` and, for an LSTM, the state after the last row ({"h", "c"} [B, width]), from
+        which a later unroll continues (R2D2's burn-in warms the state, then learns from there)."""
         obs = batch[keys.OBS]
         # The leading shape is what the first observation field has beyond its space's shape.
         path, first = next(iter(obs.items_flat() if isinstance(obs, NamedArray) else obs.items()))
         lead = np.ndim(first) - len(self.observation_space[path].shape)
         tensors, shape = obs_tensors(obs, lead, self.device)
         if self.net.memory is None:
-            q, _ = self.net(tensors)
+            q, memory = self.net(tensors)
         else:
             if lead != 2:
                 raise ValueError(f"an LSTM policy evaluates [T, B] rows (time-major); got {lead} leading dims")
             starts = torch.as_tensor(batch[keys.EPISODE_START], device=self.device)
-            q, _ = self.net(tensors, self._memory(batch[keys.RNN_STATE]), starts)
-        return q.reshape(*shape, self.actions)
+            q, memory = self.net(tensors, self._memory(batch[keys.RNN_STATE]), starts)
+        return q.reshape(*shape, self.actions), (None if memory is None else {"h": memory[0], "c": memory[1]})
 
     def analyze(self, batch: Mapping[str, Any], entropy: bool = True) -> Analysis:
         """Log-prob of the batch's actions under epsilon-greedy with the current epsilon (no

@@ -27,6 +27,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                      "docs/environments.md"),
     "football-3v1-mappo": ("goal rate 1.0% (random team) → 27.8% ± 2.2% after a 26-minute run (1.0M env steps), "
                            "2 CPU cores", "docs/environments.md"),
+    "recall-r2d2": ("mean return ≥ 0.95 after 6.9k–7.4k env steps, 7.5–9.3 s (seeds 1–4; feed-forward ~0.5), "
+                    "2 CPU cores", "docs/replay.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }

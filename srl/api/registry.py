@@ -74,6 +74,8 @@ ALGORITHMS = Registry("algorithm", {
     "noop": "srl.algorithms.noop:NoopAlgorithm",
     "dqn": "srl.algorithms.dqn:DQN",
     "r2d2": "srl.algorithms.r2d2:R2D2",
+    "vdn": "srl.algorithms.qmix:VDN",
+    "qmix": "srl.algorithms.qmix:QMIX",
 })
 #: Worker kinds: what a graph's groups run (see `srl.api.graph`).
 WORKERS = Registry("worker kind", {

@@ -29,6 +29,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                            "2 CPU cores", "docs/environments.md"),
     "recall-r2d2": ("mean return ≥ 0.95 after 6.9k–7.4k env steps, 7.5–9.3 s (seeds 1–4; feed-forward ~0.5), "
                     "2 CPU cores", "docs/replay.md"),
+    "spread-qmix": ("random policy −27.5; −22.5 after 19k–21k env steps; −16.9 to −17.9 at 150k (seeds 1–3), 2 CPU cores",
+                    "docs/replay.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }

@@ -9,7 +9,8 @@ sb3 seed 1, ...) so machine noise hits both alike:
   left at its default thread count (recorded). The clock starts before the env and `DQN(...)`
   are built (torch and SB3 already imported) and stops inside the callback at the first step
   where the mean of the last 100 training-episode returns (Monitor's `r`, the values SB3 keeps
-  in `ep_info_buffer`) is >= 475 with 100 episodes seen. Up to `--sb3-max-steps` env steps,
+  in `ep_info_buffer`) is >= 475 with 100 episodes seen. `exploration_fraction` is rescaled to
+  0.16 * 5e4 / max_steps so epsilon still reaches 0.04 after 8000 steps, as in the zoo's run. Up to `--sb3-max-steps` env steps,
   else "not reached".
 * srl: `python -m srl.cli train CONFIG --run-dir TMP seed=N log.progress=false
   log.tensorboard=false` as a subprocess (its own stop rule: mean of the last 100 episodes
@@ -48,6 +49,8 @@ SB3_HYPERPARAMS: dict[str, Any] = {
     "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1000, "gamma": 0.99,
     "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128, "exploration_fraction": 0.16,
     "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}
+ZOO_TIMESTEPS = 50_000
+EXPLORATION_STEPS = SB3_HYPERPARAMS["exploration_fraction"] * ZOO_TIMESTEPS
 
 
 def run_sb3(seed: int, max_steps: int) -> dict[str, Any]:
@@ -79,13 +82,16 @@ def run_sb3(seed: int, max_steps: int) -> dict[str, Any]:
 
     start, cpu_start = time.perf_counter(), time.process_time()
     env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
-    model = DQN("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **SB3_HYPERPARAMS)
+    # exploration_fraction is a fraction of learn()'s total_timesteps: rescale it so epsilon reaches its
+    # final value after 0.16 * 5e4 = 8000 steps, as in the zoo's 5e4-step run, not 0.16 * max_steps.
+    hyperparams = {**SB3_HYPERPARAMS, "exploration_fraction": min(1.0, EXPLORATION_STEPS / max_steps)}
+    model = DQN("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **hyperparams)
     callback = StopAtTarget(start)
     model.learn(total_timesteps=max_steps, callback=callback)
     env.close()
     hit = callback.hit or {"time_s": time.perf_counter() - start, "env_steps": model.num_timesteps}
     return {"side": "sb3", "seed": seed, "reached": callback.hit is not None, **hit,
-            "cpu_s": time.process_time() - cpu_start, "episodes": len(callback.returns), "episode_return_mean": statistics.fmean(callback.returns or [0.0]),
+            "cpu_s": time.process_time() - cpu_start, "exploration_fraction": hyperparams["exploration_fraction"], "episodes": len(callback.returns), "episode_return_mean": statistics.fmean(callback.returns or [0.0]),
             "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads()}
 
 

@@ -15,7 +15,7 @@ ALLOWED = {
     "data": set(),
     "api": {"data"},
     "models": {"api", "data"},
-    "algorithms": {"api", "data"},
+    "algorithms": {"api", "data", "replay"},
     "envs": {"api", "data"},
     "streams": {"api", "data"},
     "replay": {"data"},

@@ -30,7 +30,7 @@ from srl.api.config import ExperimentConfig
 from srl.api.graph import Graph, replay_graph
 from srl.api.policy import Policy, ValuePolicy
 from srl.data import keys
-from srl.data.named_array import NamedArray
+from srl.data.named_array import NamedArray, stack
 
 
 class DQNConfig(AlgorithmConfig):
@@ -74,7 +74,8 @@ class DQN(Algorithm):
         for p in self.target_params:
             p.requires_grad_(False)
         self.device = training_device(self.online_params)
-        self.optimizer = torch.optim.Adam(self.learned_parameters(), lr=config.lr, eps=config.adam_eps)
+        # Fused: one kernel for the whole update instead of several per parameter tensor.
+        self.optimizer = torch.optim.Adam(self.learned_parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
         self.updates = 0
         self._priorities: np.ndarray | None = None
 
@@ -100,11 +101,18 @@ class DQN(Algorithm):
         tensor = lambda x: torch.as_tensor(x, device=self.device)  # noqa: E731
         action = tensor(rows[keys.ACTION]).long()
         alive = tensor(rows[keys.ALIVE]).float()
-        q = self.q.q_values({keys.OBS: rows[keys.OBS]}).gather(-1, action[..., None]).squeeze(-1)
+        next_obs = {keys.OBS: rows[keys.NEXT_OBS]}
+        if c.double:
+            # One forward pass of the online net over both observations: at these batch sizes
+            # each pass costs mostly per-call overhead, and the next rows' share is detached.
+            both = self.q.q_values({keys.OBS: stack([rows[keys.OBS], rows[keys.NEXT_OBS]])})
+            q_all, online_next = both[0], both[1].detach()
+        else:
+            q_all = self.q.q_values({keys.OBS: rows[keys.OBS]})
+        q = q_all.gather(-1, action[..., None]).squeeze(-1)
         with torch.no_grad():
-            next_obs = {keys.OBS: rows[keys.NEXT_OBS]}
             next_q = self.target.q_values(next_obs)
-            chosen = (self.q.q_values(next_obs) if c.double else next_q).argmax(-1, keepdim=True)
+            chosen = (online_next if c.double else next_q).argmax(-1, keepdim=True)
             next_value = next_q.gather(-1, chosen).squeeze(-1)
         prediction, target = self.values(q, rows, next_value)
         td = prediction - target

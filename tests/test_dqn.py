@@ -106,3 +106,22 @@ def test_cartpole_dqn_learns_through_a_buffer_worker_that_is_replaced_when_kille
     assert summary["stop_reason"].startswith("episode_return_mean"), summary
     buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")
     assert buffer["restarts"] == 1
+
+
+def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ratio() -> None:
+    from srl.api.config import load
+    from srl.bench import _replay_batch, _replay_settings, _trajectories
+
+    config = load("cartpole-dqn")
+    settings = _replay_settings(config)
+    assert settings is not None and settings["unit"] == "transition" and settings["n_step"] == 3
+    assert _replay_settings(load("cartpole-ppo")) is None
+    policy = _cartpole_policy()
+    obs = NamedArray({keys.OBS: np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)})
+    batch, steps = _replay_batch(settings, _trajectories(policy, obs, T=16, B=8))
+    r = config.replay
+    assert batch[keys.REPLAY_WEIGHT].shape == (r.updates_per_batch, r.batch_size)
+    assert steps == r.updates_per_batch / r.replay_ratio  # what one step of the learner absorbs
+    DQN(policy, DQNConfig()).step(batch)
+    with pytest.raises(ValueError, match="replay_ratio"):
+        _replay_settings(load("pong-apex"))

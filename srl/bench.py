@@ -15,8 +15,9 @@ thread each, rates summed):
 Replay graphs (a `buffer` group between actors and trainers) are measured the same way, with
 the replay ratio r (updates per env step) saying what an update is worth: L is updates/s / r
 on batches sampled from a real `ReplayBuffer` filled with recorded observations; S runs the
-whole graph (actors, buffers and a no-op trainer), so storing samples and drawing batches
-count against the system; T counts updates / r, which the buffers hold to the ratio.
+whole graph (actors, buffers and a no-op trainer) with buffers that store every sample and
+draw no batch, so storing counts against sampling; T counts updates / r (the buffers hold
+the ratio) and pays for drawing the batches.
 
 Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
@@ -233,6 +234,9 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         # The algorithm's own graph (replay buffers included), with trainers that learn nothing.
         trainer = data.setdefault("workers", {}).setdefault("trainer", {})
         trainer.setdefault("settings", {})["algorithm"] = {"type": "noop", "args": {}}
+        # Replay buffers store what the actors send and draw no batch: drawing is the learner's
+        # side, measured by T (and with no batch drawn, no replay ratio can hold the actors back).
+        data["replay"].update(replay_ratio=None, learning_starts=2**62)
     config = validate(data)
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as run_dir:
         Controller(config, Path(run_dir) / "run").run()

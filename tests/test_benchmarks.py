@@ -55,3 +55,12 @@ def test_param_latency_smoke(tmp_path):
                              "--repeats", "2", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert set(json.loads(out.read_text())) == {"shm", "zmq"}
+
+
+def test_replay_buffer_smoke(tmp_path):
+    out = tmp_path / "replay.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "replay_buffer.py"), "--seconds", "0.2",
+                             "--capacity", "2048", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for figures in json.loads(out.read_text()).values():
+        assert figures["insert_env_steps_per_s"] > 0 and figures["batches_per_s"] > 0

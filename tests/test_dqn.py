@@ -125,3 +125,20 @@ def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ra
     DQN(policy, DQNConfig()).step(batch)
     with pytest.raises(ValueError, match="replay_ratio"):
         _replay_settings(load("pong-apex"))
+
+
+@pytest.mark.integration
+def test_a_resumed_run_reloads_the_buffers_saved_contents(run_srl, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    common = ["replay.save_contents=true", "log.tensorboard=false", "stop.episode_return=null"]
+    first = run_srl("train", "cartpole-dqn", "--run-dir", str(run_dir), "stop.env_steps=12000", *common)
+    assert first.returncode == 0, first.stderr[-2000:]
+    held_before = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")["stats"]["held_steps"]
+    saved = np.load(run_dir / "checkpoints" / "replay-0.npz", allow_pickle=False)
+    assert held_before > 0 and int(saved["counters"][0]) * 16 >= held_before  # segments x trajectory length
+    second = run_srl("train", "--resume", str(run_dir), "stop.env_steps=24000", *common)
+    assert second.returncode == 0, second.stderr[-2000:]
+    buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")
+    # It holds what the first run stored as well as what the second one took from its actors.
+    assert buffer["stats"]["taken_steps"] > 0
+    assert buffer["stats"]["held_steps"] >= held_before + buffer["stats"]["taken_steps"]

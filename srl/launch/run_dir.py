@@ -58,7 +58,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 class RunDir:
     def __init__(self, path: str | Path, tensorboard: bool, tracker: WandbTracker | None = None) -> None:
-        self.path = Path(path)
+        # Absolute: workers run in the run's workdir and must find the same checkpoints directory.
+        self.path = Path(path).resolve()
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
         (self.path / "checkpoints").mkdir(exist_ok=True)
         self._metrics = open(self.path / METRICS, "a", buffering=1)

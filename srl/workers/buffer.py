@@ -63,7 +63,10 @@ class BufferWorker(Worker):
         #: Env steps per batch at the ratio; a trajectory may overshoot the lead by its own size.
         self.steps_per_batch = self.updates_per_batch / self.ratio if self.ratio else 0.0
         self.lead = 2 * self.steps_per_batch
-        self.taken_steps = self.buffer.env_steps  # a reloaded buffer's contents count as taken
+        #: Env steps taken from actors by this worker, and how many of them are warm-up (a
+        #: reloaded buffer's contents count towards `learning_starts`, not towards the ratio).
+        self.taken_steps = 0
+        self.warmup = max(0, r["learning_starts"] - self.buffer.env_steps)
         self.updates_sent = 0
         self.unsent_steps = 0.0  # env steps not yet attributed to a batch (fractions carried)
         self.pending = None  # a sampled batch the trainer had no credit for yet
@@ -75,14 +78,14 @@ class BufferWorker(Worker):
         if self.ratio is None:
             return True
         learned = self.updates_sent / self.ratio
-        return self.taken_steps - self.settings["learning_starts"] - learned < self.lead
+        return self.taken_steps - self.warmup - learned < self.lead
 
     def _may_send(self) -> bool:
-        if self.buffer.env_steps < self.settings["learning_starts"] or self.buffer.tree.total <= 0:
+        if self.taken_steps < self.warmup or self.buffer.tree.total <= 0:
             return False
         if self.ratio is None:
             return True
-        allowed = (self.taken_steps - self.settings["learning_starts"]) * self.ratio
+        allowed = (self.taken_steps - self.warmup) * self.ratio
         return self.updates_sent + self.updates_per_batch <= allowed
 
     # ------------------------------------------------------------------ the loop

@@ -111,6 +111,12 @@ def _status(args: argparse.Namespace) -> int:
         table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
                       str(w["restarts"]), str(w.get("heartbeat_age_s")), streams)
     console.print(table)
+    for w in status["workers"]:  # replay buffers: what they hold and in how much memory
+        s = w.get("stats") or {}
+        if {"held_steps", "capacity", "memory_mb"} <= s.keys():
+            console.print(f"{w['name']}: holds {s['held_steps']:,} of {s['capacity']:,} env steps in "
+                          f"{s['memory_mb']:,.1f} MB; {s.get('samples_in_per_s', 0):,.0f} env steps/s in, "
+                          f"{s.get('batches_out_per_s', 0):,.0f} batches/s out", highlight=False)
     return 0
 
 

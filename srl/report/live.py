@@ -39,7 +39,9 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     # the share of time it waited for credit; requests a policy worker batches together;
     # trajectories a trainer holds toward its next step.
     "queue": ("{samples_in_flight}/{sample_slots} in flight", "blocked {blocked_frac:.0%}",
-              "{requests_per_batch:.1f} req/batch", "{sample_queue} queued", "{queue}"),
+              "{requests_per_batch:.1f} req/batch", "{sample_queue} queued", "{queue}",
+              # A replay buffer: what it holds, in how much memory, and the batches it sends.
+              "{held_steps:,}/{capacity:,} steps", "{memory_mb:,.0f} MB", "{batches_out_per_s:,.0f} batches/s"),
     # How many versions behind the trainer's policy its samples were, and samples dropped as too stale.
     "staleness": ("lag {version_lag:.2f}", "dropped {dropped_stale:,}"),
 }

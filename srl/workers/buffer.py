@@ -142,6 +142,7 @@ class BufferWorker(Worker):
         return {"held_steps": self.buffer.env_steps, "capacity": self.settings["capacity"],
                 "memory_mb": round(self.buffer.nbytes / 2**20, 1), "taken_steps": self.taken_steps,
                 "updates_sent": self.updates_sent, "samples_in_per_s": self.taken_steps / elapsed,
+                "fps": self.taken_steps / elapsed,  # env steps stored per second
                 "batches_out_per_s": self.updates_sent / self.updates_per_batch / elapsed,
                 "priority_updates": self.priority_updates, "dropped": self.consumer.dropped}
 

@@ -18,9 +18,16 @@ from typing import Any
 from srl.data.named_array import NamedArray
 from srl.streams.link import LinkClient, LinkServer, StreamContext, Transport
 
-#: Meta keys: a consumer's answer (not a credit); and, in what `get` returns, who sent the batch.
+#: Meta key of a consumer's answer (not a credit).
 _REPLY = "reply"
-_FROM = "_from"
+
+
+class Meta(dict):
+    """A batch's meta as its producer sent it, and who sent it (where `reply` answers)."""
+
+    def __init__(self, fields: dict[str, Any], sender: bytes) -> None:
+        super().__init__(fields)
+        self.sender = sender
 
 
 class SampleProducer:
@@ -114,18 +121,18 @@ class SampleConsumer:
     def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
         self.link = LinkServer(ctx, key, transport)
 
-    def get(self, timeout_ms: int) -> tuple[dict[str, Any], NamedArray] | None:
+    def get(self, timeout_ms: int) -> tuple[Meta, NamedArray] | None:
         """The next trajectory (a private copy) and its meta, or None on timeout."""
         got = self.link.recv(timeout_ms)
         if got is None:
             return None
         batch = got.arrays.copy() if got.arrays is not None else None
         self.link.send(got.client, got.slot, {})  # credit back: the slot is free again
-        return ({**got.meta, _FROM: got.client}, batch) if batch is not None else None
+        return (Meta(got.meta, got.client), batch) if batch is not None else None
 
-    def reply(self, meta: dict[str, Any], arrays: NamedArray) -> None:
+    def reply(self, meta: Meta, arrays: NamedArray) -> None:
         """Answer the producer of the batch `get` returned with `meta` (it reads `take_replies`)."""
-        self.link.send(meta[_FROM], 0, {_REPLY: 1}, arrays)
+        self.link.send(meta.sender, 0, {_REPLY: 1}, arrays)
 
     @property
     def queued(self) -> int:

@@ -47,6 +47,9 @@ def test_epsilon_anneals_over_acted_rows_and_deterministic_acting_is_greedy():
     q = policy(epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_steps=100)
     obs = NamedArray({keys.OBS: observations(50)})
     greedy = q.q_values({keys.OBS: {keys.OBS: obs[keys.OBS]}}).argmax(-1).numpy()
+    # A copy no actor acts with (srl evaluate's) explores as a trained policy does ...
+    assert q.epsilon == pytest.approx(0.1)
+    q.acting_as(0, 1)  # ... an actor's copy anneals from the start
     assert q.epsilon == 1.0
     # Epsilon 1: uniform actions over every action, each with probability 1 / A.
     out = q.rollout(obs, q.initial_state(50))

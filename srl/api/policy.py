@@ -122,8 +122,9 @@ class Policy(ABC):
 
     def acting_as(self, actor: int, actors: int) -> None:
         """Called once by actor `actor` of `actors` on the copy it acts with (inline inference,
-        or the copy whose `initial_state` it uses): a policy may explore differently per actor
-        (Ape-X gives each actor its own epsilon). Default: every actor acts alike."""
+        or the copy whose `initial_state` it uses), and by policy worker `actor` of `actors` on
+        its copy: a policy may explore differently per actor (Ape-X gives each actor its own
+        epsilon) or only in copies that act for training. Default: every copy acts alike."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs; defaults to the parameters."""

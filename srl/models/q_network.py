@@ -2,8 +2,9 @@
 torso and (dueling) action-value heads, acting epsilon-greedily.
 
 Exploration lives in the policy, not the algorithm, because actors act with their own copies:
-each copy anneals epsilon over the rows it acted on, or (Ape-X) holds a fixed epsilon chosen
-by its actor index through `acting_as`. Recurrent replay (R2D2) unrolls the LSTM from a
+a copy an actor (or a policy worker) acts with (`acting_as`) anneals epsilon over the rows it
+acted on, or (Ape-X) holds a fixed epsilon chosen by its index. Any other copy (`srl
+evaluate`'s, a loaded checkpoint's) explores at `epsilon_end`, as a trained policy does. Recurrent replay (R2D2) unrolls the LSTM from a
 stored state with restarts at episode starts, exactly as the actor-critic does.
 """
 
@@ -116,7 +117,8 @@ class QNetworkPolicy(ValuePolicy):
         # Workers seed torch per worker identity, so each copy explores with its own stream.
         self.rng = np.random.default_rng(torch.initial_seed())
         self.acted_rows = 0
-        self._fixed_epsilon: float | None = None
+        #: Until an actor acts with this copy, it explores as a trained policy: at epsilon_end.
+        self._fixed_epsilon: float | None = self.config.epsilon_end
 
     @property
     def epsilon(self) -> float:
@@ -128,8 +130,11 @@ class QNetworkPolicy(ValuePolicy):
         return c.epsilon_start + (c.epsilon_end - c.epsilon_start) * done
 
     def acting_as(self, actor: int, actors: int) -> None:
+        """Explore as actor `actor` of `actors`: anneal from epsilon_start, or Ape-X's fixed epsilon."""
         if self.config.apex_alpha is not None:
             self._fixed_epsilon = self.config.epsilon_end ** (1 + self.config.apex_alpha * actor / max(actors - 1, 1))
+        else:
+            self._fixed_epsilon = None
 
     def initial_state(self, batch: int) -> NamedArray:
         if self.net.memory is None:

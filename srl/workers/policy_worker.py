@@ -30,6 +30,8 @@ class PolicyWorker(Worker):
         s = self.spec.settings
         env = make_env(s["env"])
         self.policy = make_policy(s["policy"], *spaces_of(env), device=s["device"])
+        # Its copy acts for its share of the actors: it explores as policy worker i of n.
+        self.policy.acting_as(self.spec.index, self.spec.group_size)
         env.close()
         params = self.spec.streams["parameters"]
         self.params = open_subscriber(self.ctx, params.key, params.transport)

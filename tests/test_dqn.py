@@ -80,18 +80,23 @@ def test_a_policy_without_action_values_is_refused_by_name() -> None:
 
 
 @pytest.mark.integration
-def test_cartpole_dqn_learns_through_a_buffer_worker_that_is_replaced_when_killed(tmp_path: Path) -> None:
+def test_apex_on_cartpole_learns_through_two_buffers_one_of_them_replaced_when_killed(tmp_path: Path) -> None:
+    """Ape-X's exploration (four actors, epsilons 0.4 to 0.4 ** 8), two buffer workers sharing
+    out the actors, the replay ratio held: the mean training return reaches 150."""
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         srl_command("train", "cartpole-dqn", "--run-dir", str(run_dir), "stop.episode_return=150",
-                    "stop.env_steps=150000", "log.tensorboard=false", "log.report_interval_s=0.5"),
+                    "stop.env_steps=150000", "log.tensorboard=false", "log.report_interval_s=0.5",
+                    "actors.count=4", "actors.envs_per_slot=16", "replay.count=2",
+                    "policy.args.apex_alpha=7", "policy.args.epsilon_end=0.4"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline, victim = time.monotonic() + 90, None
         while victim is None and time.monotonic() < deadline and process.poll() is None:
             buffers = [w for w in _status(run_dir).get("workers", []) if w["kind"] == "buffer"]
-            if buffers and buffers[0]["state"] == "running" and buffers[0]["stats"].get("updates_sent", 0) > 50:
+            if len(buffers) == 2 and all(b["state"] == "running" and b["stats"].get("updates_sent", 0) > 50
+                                         for b in buffers):
                 victim = buffers[0]
             time.sleep(0.2)
         assert victim is not None, "the buffer never sent batches"
@@ -104,8 +109,10 @@ def test_cartpole_dqn_learns_through_a_buffer_worker_that_is_replaced_when_kille
     assert process.returncode == 0, err[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"].startswith("episode_return_mean"), summary
-    buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")
-    assert buffer["restarts"] == 1
+    buffers = [w for w in _status(run_dir)["workers"] if w["kind"] == "buffer"]
+    assert [b["restarts"] for b in buffers] == [1, 0]
+    graph = _status(run_dir)["graph"]["streams"]
+    assert graph["samples"]["consumers"] == ["buffer"] and graph["replay"]["producers"] == ["buffer"]
 
 
 def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ratio() -> None:

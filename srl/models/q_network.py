@@ -4,7 +4,8 @@ torso and (dueling) action-value heads, acting epsilon-greedily.
 Exploration lives in the policy, not the algorithm, because actors act with their own copies:
 a copy an actor (or a policy worker) acts with (`acting_as`) anneals epsilon over the rows it
 acted on, or (Ape-X) holds a fixed epsilon chosen by its index. Any other copy (`srl
-evaluate`'s, a loaded checkpoint's) explores at `epsilon_end`, as a trained policy does. Recurrent replay (R2D2) unrolls the LSTM from a
+evaluate`'s, a loaded checkpoint's) explores as a trained policy does: at `epsilon_end`, or
+with Ape-X's epsilons as the greediest actor. Recurrent replay (R2D2) unrolls the LSTM from a
 stored state with restarts at episode starts, exactly as the actor-critic does.
 """
 
@@ -117,8 +118,10 @@ class QNetworkPolicy(ValuePolicy):
         # Workers seed torch per worker identity, so each copy explores with its own stream.
         self.rng = np.random.default_rng(torch.initial_seed())
         self.acted_rows = 0
-        #: Until an actor acts with this copy, it explores as a trained policy: at epsilon_end.
-        self._fixed_epsilon: float | None = self.config.epsilon_end
+        #: Until an actor acts with this copy, it explores as a trained policy: at epsilon_end (Ape-X:
+        #: as its greediest actor, epsilon_end ** (1 + apex_alpha)).
+        c = self.config
+        self._fixed_epsilon: float | None = c.epsilon_end ** (1 + (c.apex_alpha or 0.0))
 
     @property
     def epsilon(self) -> float:

@@ -127,6 +127,26 @@ def load_module_params(module: nn.Module, params: NamedArray) -> None:
     module.load_state_dict({path.replace("/", "."): torch.from_numpy(np.array(leaf)) for path, leaf in params.items_flat()})
 
 
+class NetPolicy(Policy):
+    """What a policy built around one torch module (`self.net`) shares: its tensors and their wire form."""
+
+    net: nn.Module
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        return self.net.parameters()
+
+    def buffers(self) -> Iterator[torch.Tensor]:
+        """Running statistics the net keeps (e.g. an observation normaliser's)."""
+        return self.net.buffers()
+
+    def get_params(self) -> NamedArray:
+        return module_params(self.net)
+
+    def set_params(self, params: NamedArray, version: int) -> None:
+        load_module_params(self.net, params)
+        self.version = version
+
+
 class ActorCriticNet(nn.Module):
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, config: ActorCriticConfig) -> None:
         super().__init__()
@@ -198,7 +218,7 @@ class ActingModule(nn.Module):
         return action if memory is None else (action, *memory)
 
 
-class ActorCriticPolicy(Policy):
+class ActorCriticPolicy(NetPolicy):
     Config = ActorCriticConfig
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, device: str = "cpu",
@@ -257,20 +277,6 @@ class ActorCriticPolicy(Policy):
         if self.net.normalizer is not None:
             self.net.normalizer.update(obs)
 
-    def parameters(self) -> Iterator[torch.Tensor]:
-        return self.net.parameters()
-
-    def buffers(self) -> Iterator[torch.Tensor]:
-        """The observation normaliser's running statistics (none without `obs_norm`)."""
-        return self.net.buffers()
-
     def acting_module(self) -> ActingModule:
         """A CPU copy of the net that acts deterministically (later training does not change it)."""
         return ActingModule(copy.deepcopy(self.net).cpu().eval(), list(self.observation_space.spaces))
-
-    def get_params(self) -> NamedArray:
-        return module_params(self.net)
-
-    def set_params(self, params: NamedArray, version: int) -> None:
-        load_module_params(self.net, params)
-        self.version = version

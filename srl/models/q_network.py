@@ -12,7 +12,7 @@ stored state with restarts at episode starts, exactly as the actor-critic does.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import gymnasium as gym
@@ -24,14 +24,7 @@ from torch import nn
 from srl.api.policy import Analysis, ValuePolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.models.actor_critic import (
-    MLP,
-    Memory,
-    load_module_params,
-    module_params,
-    obs_tensors,
-    remember,
-)
+from srl.models.actor_critic import MLP, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS
 
 Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
@@ -102,7 +95,7 @@ class QActingModule(nn.Module):
         return action if memory is None else (action, *memory)
 
 
-class QNetworkPolicy(ValuePolicy):
+class QNetworkPolicy(ValuePolicy, NetPolicy):
     Config = QNetworkConfig
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, device: str = "cpu",
@@ -200,19 +193,6 @@ class QNetworkPolicy(ValuePolicy):
         action = torch.as_tensor(batch[keys.ACTION], device=self.device)
         return Analysis(self._logprob(action, greedy, self.epsilon), None, value)
 
-    def parameters(self) -> Iterator[torch.Tensor]:
-        return self.net.parameters()
-
-    def buffers(self) -> Iterator[torch.Tensor]:
-        return self.net.buffers()
-
     def acting_module(self) -> QActingModule:
         """A CPU copy of the net that acts greedily (later training does not change it)."""
         return QActingModule(copy.deepcopy(self.net).cpu().eval(), list(self.observation_space.spaces))
-
-    def get_params(self) -> NamedArray:
-        return module_params(self.net)
-
-    def set_params(self, params: NamedArray, version: int) -> None:
-        load_module_params(self.net, params)
-        self.version = version

@@ -56,7 +56,7 @@ def nstep_targets(reward: np.ndarray, terminated: np.ndarray, truncated: np.ndar
     the next row holds a new episode's first observation, so the value of the last row
     before it stands in (bootstrap row t + m - 1, as PPO's GAE does with V(s_t)).
     """
-    S, T = reward.shape[:2]
+    T = reward.shape[1]
     rows = np.arange(T).reshape(1, T, *([1] * (reward.ndim - 2)))
     ret = np.zeros(reward.shape, np.float32)
     scale = np.ones(reward.shape, np.float32)
@@ -170,7 +170,7 @@ class ReplayBuffer:
         if self.unit == "transition":
             assert self.targets is not None
             step = self.store.map(lambda x: x[slot, t])
-            batch = NamedArray({k: step[k] for k in step.keys() if k not in (keys.REWARD,)})
+            batch = NamedArray({k: step[k] for k in step if k != keys.REWARD})
             boot = self.targets["boot"][slot, t]  # [n, G]
             batch[keys.NEXT_OBS] = self.store[keys.OBS].map(lambda x: x[slot[:, None], boot, np.arange(self.G)])
             batch[keys.NSTEP_RETURN] = self.targets[keys.NSTEP_RETURN][slot, t]

@@ -60,7 +60,7 @@ class TrainerWorker(Worker):
         self.ddp = None
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
-                                    generation=self.spec.generation)
+                                    generation=self.spec.generation, shm_prefix=self.ctx.shm_prefix)
             self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters

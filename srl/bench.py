@@ -186,19 +186,11 @@ def _replay_settings(config: ExperimentConfig) -> dict[str, Any] | None:
 
 def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[NamedArray, float]:
     """A batch as the buffer sends it (drawn from a real `ReplayBuffer`), and the env steps it stands for."""
-    from srl.replay.buffer import ReplayBuffer
+    from srl.workers.buffer import make_buffer
 
     r = settings["replay"]
-    agents = 1
-    if settings["joint"]:
-        from srl.workers.components import make_env
-
-        env = make_env(settings["env"])
-        agents = len(env.agent_ids)
-        env.close()
-    B = trajectories[keys.REWARD].shape[1] // agents * agents
-    buffer = ReplayBuffer(r["capacity"], settings["trajectory_length"], agents, unit=settings["unit"],
-                          n_step=settings["n_step"], gamma=settings["gamma"], alpha=r["alpha"], beta=r["beta"])
+    buffer = make_buffer(settings)
+    B = trajectories[keys.REWARD].shape[1] // buffer.G * buffer.G  # whole envs
     buffer.insert(trajectories[:, :B])
     return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
 

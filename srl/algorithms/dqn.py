@@ -17,7 +17,7 @@ an env's agents together, as VDN and QMIX, subclasses of this, need).
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pydantic
@@ -57,8 +57,10 @@ class DQN(Algorithm):
     @classmethod
     def graph(cls, config: ExperimentConfig) -> Graph:
         args = cls.Config(**config.algorithm.args)
-        return replay_graph(config, "transition", n_step=args.n_step, gamma=args.gamma, joint=cls.joint)
+        return replay_graph(config, cls.unit, n_step=args.n_step, gamma=args.gamma, joint=cls.joint)
 
+    #: What the buffers store and sample: transitions (R2D2: whole sequences).
+    unit: ClassVar[Literal["transition", "sequence"]] = "transition"
     #: Whether the buffer keeps an env's agents together (VDN, QMIX).
     joint = False
 

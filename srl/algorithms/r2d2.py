@@ -31,8 +31,6 @@ import torch
 
 from srl.algorithms.dqn import DQN, DQNConfig
 from srl.algorithms.ppo import episode_starts
-from srl.api.config import ExperimentConfig
-from srl.api.graph import Graph, replay_graph
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -48,11 +46,7 @@ class R2D2Config(DQNConfig):
 
 class R2D2(DQN):
     Config = R2D2Config
-
-    @classmethod
-    def graph(cls, config: ExperimentConfig) -> Graph:
-        args = cls.Config(**config.algorithm.args)
-        return replay_graph(config, "sequence", n_step=args.n_step, gamma=args.gamma, joint=cls.joint)
+    unit = "sequence"
 
     def __init__(self, policy: Policy, config: R2D2Config) -> None:
         if not callable(getattr(policy, "unroll", None)):

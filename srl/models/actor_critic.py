@@ -128,9 +128,23 @@ def load_module_params(module: nn.Module, params: NamedArray) -> None:
 
 
 class NetPolicy(Policy):
-    """What a policy built around one torch module (`self.net`) shares: its tensors and their wire form."""
+    """What a policy built around one torch module (`self.net`, on `self.device`, with an optional
+    LSTM at `self.net.memory`) shares: its tensors, their wire form, and the LSTM's state."""
 
     net: nn.Module
+    device: torch.device
+
+    def initial_state(self, batch: int) -> NamedArray:
+        if self.net.memory is None:
+            return NamedArray()
+        zeros = np.zeros((batch, self.net.memory.hidden_size), np.float32)
+        return NamedArray({"h": zeros, "c": zeros.copy()})
+
+    def _memory(self, state: Mapping[str, Any]) -> Memory | None:
+        """The LSTM's (h, c) tensors from a state NamedArray (None without an LSTM)."""
+        if self.net.memory is None:
+            return None
+        return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
 
     def parameters(self) -> Iterator[torch.Tensor]:
         return self.net.parameters()
@@ -228,17 +242,6 @@ class ActorCriticPolicy(NetPolicy):
         self.device = torch.device(device)
         self.net = ActorCriticNet(observation_space, action_space, self.config).to(self.device)
         self.version = 0
-
-    def initial_state(self, batch: int) -> NamedArray:
-        if self.net.memory is None:
-            return NamedArray()
-        zeros = np.zeros((batch, self.config.lstm), np.float32)
-        return NamedArray({"h": zeros, "c": zeros.copy()})
-
-    def _memory(self, state: Mapping[str, Any]) -> Memory | None:
-        if self.net.memory is None:
-            return None
-        return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
 
     @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:

@@ -132,17 +132,6 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         else:
             self._fixed_epsilon = None
 
-    def initial_state(self, batch: int) -> NamedArray:
-        if self.net.memory is None:
-            return NamedArray()
-        zeros = np.zeros((batch, self.config.lstm), np.float32)
-        return NamedArray({"h": zeros, "c": zeros.copy()})
-
-    def _memory(self, state: Mapping[str, Any]) -> Memory | None:
-        if self.net.memory is None:
-            return None
-        return (torch.as_tensor(state["h"], device=self.device), torch.as_tensor(state["c"], device=self.device))
-
     def _logprob(self, action: torch.Tensor, greedy: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Log-probability of `action` under epsilon-greedy around `greedy`."""
         return torch.log(epsilon / self.actions + (1 - epsilon) * (action == greedy).float())

@@ -63,6 +63,12 @@ class SampleProducer:
                 self.free.append(got.slot)
             timeout_ms = 0
 
+    def _reconnect_if_replaced(self) -> None:
+        """If the consumer re-registered elsewhere (it was replaced), go there: its credits start afresh."""
+        if self.link.refresh():
+            self.reconnects += 1
+            self.free = list(range(self.slots))
+
     def poll(self, timeout_ms: int) -> None:
         """Wait up to `timeout_ms` for a credit or a reply."""
         self._collect_credits(timeout_ms)
@@ -82,9 +88,7 @@ class SampleProducer:
                 self._short_since = now
             elif now - self._short_since > self.reconnect_after_s:
                 self._short_since = now
-                if self.link.refresh():  # the consumer was replaced: its credits start afresh
-                    self.reconnects += 1
-                    self.free = list(range(self.slots))
+                self._reconnect_if_replaced()
             if not self.free:
                 return False
         self._short_since = None
@@ -101,9 +105,7 @@ class SampleProducer:
             self._collect_credits(100)
             if not self.free and time.monotonic() - waiting_since > self.reconnect_after_s:
                 waiting_since = time.monotonic()
-                if self.link.refresh():
-                    self.reconnects += 1
-                    self.free = list(range(self.slots))
+                self._reconnect_if_replaced()
             if not self.free and while_waiting is not None and not while_waiting():
                 break
         if blocked:  # the clock is read again only when the trainer held us back

@@ -34,6 +34,18 @@ log = logging.getLogger(__name__)
 MAX_PER_POLL = 8
 
 
+def make_buffer(settings: dict[str, Any], seed: int = 0) -> ReplayBuffer:
+    """The `ReplayBuffer` a buffer group's settings describe (what `srl bench` measures, too)."""
+    r = settings["replay"]
+    agents = 1
+    if settings["joint"]:  # one unit holds every agent of an env: how many the env has
+        env = make_env(settings["env"])
+        agents = len(env.agent_ids)
+        env.close()
+    return ReplayBuffer(r["capacity"], settings["trajectory_length"], agents, unit=settings["unit"],
+                        n_step=settings["n_step"], gamma=settings["gamma"], alpha=r["alpha"], beta=r["beta"], seed=seed)
+
+
 class BufferWorker(Worker):
     ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce")}
     # A replaced buffer starts empty, unless `replay.save_contents` kept what it held.
@@ -43,12 +55,7 @@ class BufferWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
         self.settings = r = s["replay"]
-        env = make_env(s["env"])
-        agents = len(env.agent_ids) if s["joint"] else 1
-        env.close()
-        self.buffer = ReplayBuffer(r["capacity"], s["trajectory_length"], agents, unit=s["unit"],
-                                   n_step=s["n_step"], gamma=s["gamma"], alpha=r["alpha"], beta=r["beta"],
-                                   seed=self.spec.seed)
+        self.buffer = make_buffer(s, self.spec.seed)
         self.contents = Path(self.spec.run_dir) / "checkpoints" / f"replay-{self.spec.index}.npz"
         self.save_every_s = s["checkpoint"]["every_s"]
         if self.spec.resume and r["save_contents"] and self.contents.exists():

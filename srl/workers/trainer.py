@@ -25,7 +25,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.meter import Mean
 from srl.streams.parameters import FanOut, open_publisher
-from srl.streams.samples import DrainingConsumer, SampleConsumer
+from srl.streams.samples import DrainingConsumer, Meta, SampleConsumer
 from srl.workers import checkpoint
 from srl.workers.base import FatalError, Worker
 from srl.workers.components import make_algorithm, make_env, make_policy
@@ -114,7 +114,7 @@ class TrainerWorker(Worker):
             if time.monotonic() - self.last_checkpoint > self.checkpoint_every_s:
                 self.save_checkpoint()
 
-    def _train(self, batch: NamedArray, env_steps: int, replay: dict[str, Any] | None = None) -> None:
+    def _train(self, batch: NamedArray, env_steps: int, replay: Meta | None = None) -> None:
         """One `algorithm.step`: on a batch of trajectories, or on a replay buffer's batch (`replay`:
         its meta), whose sender then gets the rows' new priorities if the algorithm has them."""
         version = batch[keys.VERSION] if replay else batch[keys.VERSION][:-1]
@@ -122,8 +122,8 @@ class TrainerWorker(Worker):
         start = time.monotonic()
         # Learn first, with the statistics the actors normalised this batch with (so log-prob
         # ratios compare like with like); then fold the batch into them for the next version.
-        # Replayed observations were folded in already when they were new (or never: a policy
-        # that normalises observations has no replay buffer in its graph to count twice).
+        # Replayed rows repeat, so they are not folded into running statistics (no bundled
+        # value policy keeps any).
         with self.busy():  # a CNN step on a CPU can outlast the heartbeat timeout
             self.last_stats = self.algorithm.step(batch)
         if replay is None:

@@ -9,7 +9,8 @@ Three measurements, one sender process for all of them:
   curve  wire.encode(..., secret=None) on sockets configured with CURVE (encrypts and
          authenticates every message; the receiver is the curve server)
 
-plus a single-process microbenchmark of `wire.sign` on one message. The per-message
+plus single-process microbenchmarks of `wire.sign` on one message, and of a message's
+encode + decode tagged alone against sealed as links send it (`wire.Seal` / `wire.Guard`). The per-message
 overhead is 1e6 / rate(mode) - 1e6 / rate(none), in microseconds: what the authentication
 adds to the slower of the two pipelined ends. Work done off that path (CURVE runs in
 ZeroMQ's I/O threads) shows instead in the CPU columns: user + system time of both
@@ -191,6 +192,27 @@ def _sign_us(size: int, seconds: float) -> float:
     return float(np.median(per_call)) * 1e6
 
 
+def _round_trip_us(size: int, seconds: float) -> dict[str, float]:
+    """Median µs to encode and decode one message in one process: tagged alone (`wire.encode`
+    and `wire.decode` with the secret), and sealed as links send it (`wire.Seal` and
+    `wire.Guard`: the stamp under the tag, and the size, binding and sequence checks)."""
+    secret, arrays = os.urandom(32), _payload(size)
+    binding = "inference:inference/0@tcp://127.0.0.1:5555>"
+    seal, guard = wire.Seal(secret, binding), wire.Guard(secret, binding, 1 << 30)
+    ways = {"tag_us": lambda: wire.decode(wire.encode({"seq": 0}, arrays, secret), secret),
+            "seal_us": lambda: guard.decode(seal.encode({"seq": 0}, arrays))}
+    per_call: dict[str, list[float]] = {name: [] for name in ways}
+    batch = 16
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(per_call["seal_us"]) < 3:
+        for name, way in ways.items():  # interleaved: background load hits both alike
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                way()
+            per_call[name].append((time.perf_counter() - t0) / batch)
+    return {name: float(np.median(times)) * 1e6 for name, times in per_call.items()}
+
+
 def run(size: int, seconds: float, warmup: float, sign_seconds: float, budget: float, rounds: int = 1) -> dict[str, Any]:
     """Measure each mode for `seconds` in all, split into `rounds` interleaved slices (order rotated each
     round) so that drifting background load on the machine hits the three modes alike."""
@@ -238,6 +260,7 @@ def run(size: int, seconds: float, warmup: float, sign_seconds: float, budget: f
         results[mode]["overhead_us"] = 1e6 / results[mode]["msgs_per_s"] - base_us
         results[mode]["cpu_overhead_us"] = results[mode]["cpu_us_per_msg"] - results["none"]["cpu_us_per_msg"]
     results["sign_us"] = _sign_us(size, sign_seconds)
+    results.update(_round_trip_us(size, sign_seconds))
     return results
 
 
@@ -254,6 +277,8 @@ def format_table(r: dict[str, Any]) -> str:
         lines.append(f"{mode:<7}{m['msgs_per_s']:>10.0f}{m['gb_per_s']:>8.3f}{1e6 / m['msgs_per_s']:>9.1f}{overhead:>13}"
                      f"{m['cpu_us_per_msg']:>12.1f}{cpu_overhead:>14}")
     lines.append(f"wire.sign on one message: {r['sign_us']:.1f} us/call")
+    lines.append(f"encode + decode, one process: tagged {r['tag_us']:.1f} us, sealed (stamp, binding, sequence) "
+                 f"{r['seal_us']:.1f} us")
     return "\n".join(lines)
 
 

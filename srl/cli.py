@@ -104,12 +104,13 @@ def _status(args: argparse.Namespace) -> int:
         console.print(f"stream {name} ({stream['kind']}): {', '.join(stream['producers'])} -> "
                       f"{', '.join(stream['consumers'])}", highlight=False)
     table = Table(title=f"run {status['run_id']} ({status['state']}, {status['env_steps']:,} env steps)")
-    for column in ("name", "kind", "pid", "host", "state", "fps", "restarts", "heartbeat_age_s", "streams"):
+    for column in ("name", "kind", "pid", "host", "state", "fps", "restarts", "heartbeat_age_s", "streams", "rejected"):
         table.add_column(column)
     for w in status["workers"]:
         streams = ", ".join(f"{k}:{v}" for k, v in w.get("streams", {}).items())
+        rejected = " ".join(f"{reason} {n:,}" for reason, n in sorted((w.get("rejected") or {}).items()))
         table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
-                      str(w["restarts"]), str(w.get("heartbeat_age_s")), streams)
+                      str(w["restarts"]), str(w.get("heartbeat_age_s")), streams, rejected or "-")
     console.print(table)
     for w in status["workers"]:  # replay buffers: what they hold and in how much memory
         s = w.get("stats") or {}

@@ -16,7 +16,7 @@ import srl.streams.parameters as parameters
 from srl.data import wire
 from srl.data.named_array import NamedArray
 from srl.streams.inference import InferenceServer, RemoteInference
-from srl.streams.link import LinkClient, LinkServer, StreamContext
+from srl.streams.link import LinkClient, LinkServer, StreamContext, binding
 from srl.streams.names import DirectoryNameService
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.streams.shm import SHM_DIR
@@ -79,6 +79,11 @@ def recv_all(server: LinkServer, n: int, timeout_s: float = 5.0) -> list:
             got.append(r)
     assert len(got) == n, f"received {len(got)} of {n} (dropped {server.dropped}: {server.last_error})"
     return got
+
+
+def sealed_for(server: LinkServer) -> wire.Seal:
+    """A sender holding the run's secret that seals messages as a client of `server` does."""
+    return wire.Seal(server.ctx.secret, binding(server.kind, server.key, server.address, ">"))
 
 
 def raw_dealer(ctx: StreamContext, address: str) -> zmq.Socket:
@@ -221,8 +226,8 @@ def test_zmq_link_rejects_shared_memory_descriptor(ctx, ends):
     server = ends(LinkServer(ctx, "inference/0", "zmq"))
     raw = raw_dealer(ctx, server.address)
     try:
-        # correctly signed, but a network peer may not point us at shared memory
-        frames = wire.encode({"_slot": 0, "_shm": [f"{ctx.shm_prefix}x_g1", 0, 64]}, None, ctx.secret)
+        # correctly sealed, but a network peer may not point us at shared memory
+        frames = sealed_for(server).encode({"_slot": 0, "_shm": [f"{ctx.shm_prefix}x_g1", 0, 64]})
         raw.send_multipart(frames)
         deadline = time.monotonic() + 5
         while server.dropped == 0 and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 
 class ConfigError(ValueError):
@@ -105,6 +105,25 @@ class TrainersConfig(Section):
     device: str = "cpu"
 
 
+class MessageCaps(Section):
+    """The largest message, in MiB, each stream kind takes. A larger one is dropped unread (ZeroMQ
+    disconnects a peer that sends a larger frame) and counted as `oversized`; a sender that
+    builds one fails at once, naming this setting. Generous by default: a trajectory of Atari
+    frames from 64 envs is ~250 MiB, a 100M-parameter model 400 MiB."""
+
+    #: Heartbeats with their stats and log lines, and the controller's answers.
+    control: PositiveFloat = 16
+    #: One ring slot's observations and recurrent states, and the actions back.
+    inference: PositiveFloat = 64
+    #: One trajectory (or replay batch), and the credits and priorities back.
+    samples: PositiveFloat = 1024
+    #: One version of the policy's parameters.
+    parameters: PositiveFloat = 2048
+
+    def in_bytes(self) -> dict[str, int]:
+        return {kind: int(mib * 2**20) for kind, mib in self.model_dump().items()}
+
+
 class StreamsConfig(Section):
     #: `auto`: shared memory between processes of one host, ZeroMQ between hosts.
     transport: Literal["auto", "shm", "zmq"] = "auto"
@@ -114,6 +133,7 @@ class StreamsConfig(Section):
     #: keeps draining into a queue of `trainer_queue` trajectories and drops the oldest).
     when_full: Literal["wait", "drop_oldest"] = "wait"
     trainer_queue: PositiveInt = 16
+    max_message_mb: MessageCaps = MessageCaps()
 
 
 class ReplayConfig(Section):

@@ -10,6 +10,17 @@ The header names each buffer's path, dtype and shape. The tag covers every frame
 checked before the header is parsed. HMAC-SHA256 was measured against CurveZMQ on 100 KB
 messages (benchmarks/wire_auth.py): see docs/design.md for the figures and the choice.
 
+A stream's messages go through a `Seal` on the sending side and a `Guard` on the
+receiving side, which add a stamp frame under the tag::
+
+    [header] [buffer 0] ... [buffer n-1] [sender id, sequence number, binding] [tag]
+
+The binding names the stream (kind, key, address, direction); the sender id is random per
+sender, and its sequence number rises by one per message. The guard checks, cheapest first:
+the message's size and frame count (before any hashing), the tag, the binding, and that
+the sequence number is above the last one seen from that sender, so a captured message
+cannot be played again, nor to another stream.
+
 In shared memory the same header and buffers are laid out in one region (`pack_into` /
 `unpack_from`); shared memory is private to the run's user, so it carries no tag.
 """
@@ -21,6 +32,7 @@ import hmac
 import json
 import math
 import re
+import secrets
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -44,8 +56,16 @@ DTYPES = {
 _PATH_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
+#: Why a message was rejected: the counters links keep.
+OVERSIZED, BAD_TAG, GARBAGE, WRONG_STREAM, REPLAYED = "oversized", "bad_tag", "garbage", "wrong_stream", "replayed"
+
+
 class WireError(ValueError):
-    """A message that is malformed, truncated or fails authentication."""
+    """A message that is malformed, truncated or fails authentication; `reason` says which."""
+
+    def __init__(self, message: str, reason: str = GARBAGE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 Message = tuple[dict[str, Any], NamedArray | None]
@@ -126,13 +146,26 @@ def decode(frames: Sequence[Any], secret: bytes | None = None) -> Message:
 
     Arrays are read-only views of the received frames (no copy). Raises WireError.
     """
-    views = [memoryview(f.buffer if hasattr(f, "buffer") else f).cast("B") for f in frames]
+    views = _views(frames)
     if secret is not None:
-        if len(views) < 2 or views[-1].nbytes != TAG_BYTES:
-            raise WireError("missing authentication tag")
-        if not hmac.compare_digest(sign(secret, views[:-1]), bytes(views[-1])):
-            raise WireError("authentication failed")
+        _check_tag(secret, views, 2)
         views = views[:-1]
+    return _open(views)
+
+
+def _views(frames: Sequence[Any]) -> list[memoryview]:
+    return [memoryview(f.buffer if hasattr(f, "buffer") else f).cast("B") for f in frames]
+
+
+def _check_tag(secret: bytes, views: list[memoryview], least: int) -> None:
+    if len(views) < least or views[-1].nbytes != TAG_BYTES:
+        raise WireError("missing authentication tag", BAD_TAG)
+    if not hmac.compare_digest(sign(secret, views[:-1]), bytes(views[-1])):
+        raise WireError("authentication failed", BAD_TAG)
+
+
+def _open(views: list[memoryview]) -> Message:
+    """Validate the header and view the buffers (the tag, if any, already checked and removed)."""
     if not views:
         raise WireError("empty message")
     meta, fields = _parse_header(views[0])
@@ -146,6 +179,74 @@ def decode(frames: Sequence[Any], secret: bytes | None = None) -> Message:
             raise WireError(f"field {path}: {view.nbytes} bytes, expected {_expected_nbytes(dtype, shape)}")
         pairs.append((path, np.frombuffer(view, dtype=dtype).reshape(shape)))
     return meta, NamedArray.from_flat(pairs)
+
+
+# ------------------------------------------------------------ streams: seal and guard
+_STAMP = struct.Struct("<8sQ")  # sender id, sequence number; the binding follows
+
+
+class Seal:
+    """One sender's end of a stream: stamps each message with the stream's binding, this
+    sender's id and the next sequence number, and tags it all.
+
+    The id is random per seal, so a restarted worker is a new sender and may count from 1
+    again; a receiver that saw its predecessor does not confuse the two.
+    """
+
+    def __init__(self, secret: bytes, binding: str) -> None:
+        self.secret = secret
+        self.binding = binding.encode()
+        self.sender = secrets.token_bytes(8)
+        self.seq = 0
+
+    def encode(self, meta: dict[str, Any], arrays: NamedArray | None = None) -> list[Any]:
+        header, buffers = _header(meta, arrays)
+        self.seq += 1
+        frames: list[Any] = [header, *(memoryview(b).cast("B") if b.nbytes else b"" for b in buffers),
+                             _STAMP.pack(self.sender, self.seq) + self.binding]
+        frames.append(sign(self.secret, frames))
+        return frames
+
+
+class Guard:
+    """A receiver's end of a stream: rejects, cheapest check first, a message that is too big
+    or has too many frames (before hashing a byte), fails its tag, is bound to another
+    stream, or does not advance its sender's sequence number (a replay). Raises WireError.
+
+    Without a secret (shared memory, private to the run's user) only the size is checked.
+    `repeats`: a sender may send the same message again (a parameter publisher re-sends its
+    latest version for late joiners); only going back is a replay then.
+    """
+
+    def __init__(self, secret: bytes | None, binding: str, max_bytes: int, repeats: bool = False) -> None:
+        self.secret = secret
+        self.binding = binding.encode()
+        self.max_bytes = max_bytes
+        self.max_frames = MAX_FIELDS + 3  # header, buffers, stamp, tag
+        self.repeats = repeats
+        #: The last sequence number seen from each sender: only senders that passed the tag
+        #: get an entry (one per worker incarnation that talked to us), so it stays small.
+        self.last: dict[bytes, int] = {}
+
+    def decode(self, frames: Sequence[Any]) -> Message:
+        if len(frames) > self.max_frames:
+            raise WireError(f"{len(frames)} frames", OVERSIZED)
+        views = _views(frames)
+        size = sum(v.nbytes for v in views)
+        if size > self.max_bytes:
+            raise WireError(f"{size} bytes, more than the stream's {self.max_bytes}", OVERSIZED)
+        if self.secret is None:
+            return _open(views)
+        _check_tag(self.secret, views, 3)
+        stamp = views[-2]
+        if stamp.nbytes < _STAMP.size or stamp[_STAMP.size:] != self.binding:
+            raise WireError(f"message for another stream ({bytes(stamp[_STAMP.size:])!r:.120})", WRONG_STREAM)
+        sender, seq = _STAMP.unpack_from(stamp)
+        last = self.last.get(sender, 0)
+        if seq < last or (seq == last and not self.repeats):
+            raise WireError(f"sequence number {seq} after {last}: replayed", REPLAYED)
+        self.last[sender] = seq
+        return _open(views[:-2])
 
 
 # ----------------------------------------------------------------------- one region

@@ -65,7 +65,7 @@ class Controller:
         self.launcher: Launcher = launcher or LocalLauncher()
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
         context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
-                              self.private_dir)
+                              self.private_dir, caps=config.streams.max_message_mb.in_bytes())
         self.context = self.launcher.worker_context(context)
         self.metrics = RunMetrics()
         self.stop_rules = StopRules(config.stop)

@@ -16,6 +16,9 @@ def worker_row(worker: WorkerState, now: float) -> dict[str, Any]:
             "restarts": worker.restarts,
             "heartbeat_age_s": round(now - worker.last_heartbeat, 2) if worker.last_heartbeat else None,
             "endpoints": worker.endpoints, "dropped": stats.get("dropped", 0),
+            #: Messages its links turned away, by reason (oversized, bad_tag, garbage, wrong_stream,
+            #: replayed), and how often a flood made a receive stop early (deferred).
+            "rejected": stats.get("rejected") or {},
             "mean_batch": stats.get("mean_batch"), "restart_latency_s": worker.restart_latency_s,
             "param_digest": stats.get("param_digest"), "policy_version": stats.get("policy_version"),
             "trained_steps": stats.get("trained_steps"),

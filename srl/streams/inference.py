@@ -49,7 +49,7 @@ class RemoteInference(InferenceClient):
 
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str,
                  reconnect_after_s: float = 2.0) -> None:
-        self.link = LinkClient(ctx, key, transport, name)
+        self.link = LinkClient(ctx, key, transport, name, kind="inference")
         self.pending: dict[int, NamedArray] = {}
         self.reconnect_after_s = reconnect_after_s
         self.last_reply = time.monotonic()
@@ -128,13 +128,18 @@ def serve(policy: Policy, request: NamedArray) -> NamedArray:
     return out
 
 
+#: Requests one `receive` takes at most (more than any ring of actors has in flight at once):
+#: a flood of them cannot keep a policy worker from its heartbeat.
+MAX_REQUESTS = 1024
+
+
 class InferenceServer:
     """A policy worker's end: receive many requests, answer each."""
 
     def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
-        self.link = LinkServer(ctx, key, transport)
+        self.link = LinkServer(ctx, key, transport, kind="inference")
 
-    def receive(self, timeout_ms: int, max_requests: int = 1 << 30) -> list[Received]:
+    def receive(self, timeout_ms: int, max_requests: int = MAX_REQUESTS) -> list[Received]:
         """Wait up to `timeout_ms` for one request, then take all others already waiting."""
         first = self.link.recv(timeout_ms)
         if first is None:

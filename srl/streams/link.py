@@ -12,10 +12,18 @@ Two transports, one code path:
   small descriptor crosses a Unix socket in a directory private to the run's user.
   The receiver gets views into the segment that stay valid until the same slot is
   written again, which the stream protocols above never do before the reader is done.
+
+Every link belongs to a stream *kind* (`control`, `inference`, `samples`, `parameters`),
+which sets the largest message it takes (`streams.max_message_mb`). Over TCP each message
+is sealed to its stream and sender (`wire.Seal`, `wire.Guard`): links drop what is too big,
+forged, meant for another stream or replayed, and count each by reason, per link and in
+the process's `StreamContext.rejected` (which the worker's heartbeat reports). One `recv`
+looks at `MAX_PER_RECV` messages at most, so a flood cannot hold a worker's loop.
 """
 
 from __future__ import annotations
 
+import collections
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -23,6 +31,7 @@ from typing import Any, Literal
 
 import zmq
 
+from srl.api.config import MessageCaps
 from srl.data import wire
 from srl.data.named_array import NamedArray
 from srl.streams.names import NameService
@@ -31,6 +40,19 @@ from srl.streams.shm import PREFIX, Segment
 Transport = Literal["shm", "zmq"]
 _SHM_KEY = "_shm"
 _SLOT_KEY = "_slot"
+#: Messages one `recv` call looks at, at most: past that it returns, with the rest left waiting
+#: (counted as `deferred`), and the caller's loop gets to its heartbeat and other work.
+MAX_PER_RECV = 64
+DEFERRED = "deferred"
+
+
+def binding(kind: str, key: str, address: str, direction: str) -> str:
+    """What a sealed message is bound to. The address changes when a server is replaced, so
+    messages captured on the way to its predecessor are refused by it as for another stream."""
+    return f"{kind}:{key}@{address}{direction}"
+
+
+_DEFAULT_CAPS = MessageCaps().in_bytes()
 
 
 @dataclass
@@ -43,6 +65,14 @@ class StreamContext:
     ipc_dir: str
     host: str = "127.0.0.1"
     zmq_context: zmq.Context = field(default_factory=zmq.Context.instance, repr=False)
+    #: The largest message of each stream kind, in bytes (kinds not named: the default caps).
+    caps: dict[str, int] = field(default_factory=dict)
+    #: Messages every link of this process rejected, by reason (`wire.OVERSIZED`, ...). Links
+    #: in helper threads add to it too; a count lost to a race would only be a count.
+    rejected: collections.Counter = field(default_factory=collections.Counter, repr=False)
+
+    def cap(self, kind: str) -> int:
+        return self.caps.get(kind) or _DEFAULT_CAPS[kind]
 
     @property
     def shm_prefix(self) -> str:
@@ -115,9 +145,10 @@ class ShmWriter:
 class ShmReader:
     """Attaches the segments named in descriptors, keeping one mapping per writer."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, max_bytes: int) -> None:
         self._valid = re.compile(rf"^{re.escape(prefix)}[A-Za-z0-9_.\-]+_g\d+$")
         self._segments: dict[str, Segment] = {}
+        self.max_bytes = max_bytes
 
     def read(self, descriptor: Any) -> tuple[dict[str, Any], NamedArray | None]:
         if not (isinstance(descriptor, list) and len(descriptor) == 3):
@@ -125,6 +156,8 @@ class ShmReader:
         name, offset, nbytes = descriptor
         if not (isinstance(name, str) and self._valid.match(name) and type(offset) is int and type(nbytes) is int):
             raise wire.WireError(f"bad shared-memory descriptor {descriptor!r:.100}")
+        if nbytes > self.max_bytes:
+            raise wire.WireError(f"{nbytes} bytes, more than the stream's {self.max_bytes}", wire.OVERSIZED)
         writer = name.rsplit("_g", 1)[0]
         segment = self._segments.get(writer)
         if segment is None or segment.name != name:
@@ -145,28 +178,66 @@ class ShmReader:
 
 
 class _Endpoint:
-    def __init__(self, ctx: StreamContext, key: str, transport: Transport, socket_type: int) -> None:
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, socket_type: int, kind: str) -> None:
         self.ctx = ctx
         self.key = key
+        self.kind = kind
         self.transport = transport
-        self.socket = ctx.zmq_context.socket(socket_type)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        # Over TCP every message is tagged; Unix sockets live in a directory only we can read.
+        self.max_bytes = ctx.cap(kind)
+        self.socket = self._socket(socket_type)
+        # Over TCP every message is sealed; Unix sockets live in a directory only we can read.
         self.secret = ctx.secret if transport == "zmq" else None
-        self.reader = ShmReader(ctx.shm_prefix) if transport == "shm" else None
-        self.dropped = 0
+        self.reader = ShmReader(ctx.shm_prefix, self.max_bytes) if transport == "shm" else None
+        self.seal: wire.Seal | None = None
+        self.guard = wire.Guard(None, "", self.max_bytes)
+        self.rejected: collections.Counter = collections.Counter()
         self.last_error = ""
+
+    def _socket(self, socket_type: int) -> zmq.Socket:
+        socket = self.ctx.zmq_context.socket(socket_type)
+        socket.setsockopt(zmq.LINGER, 0)
+        # libzmq drops a peer that sends a larger frame as soon as it reads the frame's length:
+        # nothing that big is ever allocated. A message of many smaller frames is checked whole
+        # by the guard, before its tag is computed.
+        socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+        return socket
+
+    def _bind(self, address: str, outgoing: str, incoming: str) -> None:
+        """Seal what we send and guard what we receive for the link at `address`."""
+        if self.secret is not None:
+            self.seal = wire.Seal(self.secret, binding(self.kind, self.key, address, outgoing))
+            self.guard = wire.Guard(self.secret, binding(self.kind, self.key, address, incoming), self.max_bytes)
+
+    @property
+    def dropped(self) -> int:
+        """Messages rejected, whatever the reason."""
+        return sum(n for reason, n in self.rejected.items() if reason != DEFERRED)
+
+    def _reject(self, reason: str, error: str) -> None:
+        self.rejected[reason] += 1
+        self.ctx.rejected[reason] += 1
+        self.last_error = error
 
     def _encode(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None, writer: ShmWriter | None) -> list[Any]:
         meta = {**meta, _SLOT_KEY: slot}
         if arrays is not None and writer is not None:
             meta[_SHM_KEY] = writer.write(slot, meta, arrays)
+            self._check_size(meta[_SHM_KEY][2])
             arrays = None
-        return wire.encode(meta, arrays, self.secret)
+        frames = self.seal.encode(meta, arrays) if self.seal is not None else wire.encode(meta, arrays)
+        if arrays is not None:
+            self._check_size(sum(memoryview(f).nbytes for f in frames))
+        return frames
+
+    def _check_size(self, nbytes: int) -> None:
+        # Fail here, loudly, rather than have the receiver drop every such message.
+        if nbytes > self.max_bytes:
+            raise ValueError(f"a {self.kind} message of {nbytes / 2**20:.1f} MiB is larger than the "
+                             f"{self.max_bytes / 2**20:.1f} MiB streams.max_message_mb.{self.kind} allows")
 
     def _decode(self, frames: list[Any]) -> Received | None:
         try:
-            meta, arrays = wire.decode(frames, self.secret)
+            meta, arrays = self.guard.decode(frames)
             slot = meta.pop(_SLOT_KEY, None)
             if type(slot) is not int:
                 raise wire.WireError("message has no slot")
@@ -179,9 +250,24 @@ class _Endpoint:
                 meta.pop(_SHM_KEY, None)
             return Received(slot, meta, arrays)
         except wire.WireError as exc:
-            self.dropped += 1
-            self.last_error = str(exc)
+            self._reject(exc.reason, str(exc))
             return None
+
+    def _receive(self, timeout_ms: int) -> Received | None:
+        """The next valid message, or None on timeout or after `MAX_PER_RECV` rejected ones."""
+        for _ in range(MAX_PER_RECV):
+            if not (timeout_ms < 0 or self._poll(timeout_ms)):
+                return None
+            received = self._take(self.socket.recv_multipart(copy=False))
+            if received is not None:
+                return received
+            timeout_ms = 0  # dropped one; look for another already waiting
+        if self._poll(0):
+            self._reject(DEFERRED, self.last_error)
+        return None
+
+    def _take(self, frames: list[Any]) -> Received | None:
+        return self._decode(frames)
 
     def _poll(self, timeout_ms: int) -> bool:
         return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
@@ -195,30 +281,32 @@ class _Endpoint:
 class LinkServer(_Endpoint):
     """Binds, registers its address under `key`, receives from many clients and replies."""
 
-    def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
-        super().__init__(ctx, key, transport, zmq.ROUTER)
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, kind: str = "control") -> None:
+        super().__init__(ctx, key, transport, zmq.ROUTER, kind)
         if transport == "shm":
             self.address = f"ipc://{ctx.ipc_dir}/{key.replace('/', '.')}.{secrets.token_hex(3)}"
             self.socket.bind(self.address)
         else:
             self.socket.bind(f"tcp://{ctx.host}:0")
             self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._bind(self.address, "<", ">")
         self._writers: dict[bytes, ShmWriter] = {}
         self._token = secrets.token_hex(2)  # a restarted server's segments never collide with its predecessor's
         ctx.names.register(key, self.address)
 
     def recv(self, timeout_ms: int = 0) -> Received | None:
-        """The next valid message, or None on timeout. Invalid messages are dropped and counted."""
-        while timeout_ms < 0 or self._poll(timeout_ms):
-            frames = self.socket.recv_multipart(copy=False)
-            received = self._decode(frames[1:]) if len(frames) > 1 else None
-            if received is not None:
-                received.client = frames[0].bytes
-                return received
-            if len(frames) <= 1:
-                self.dropped += 1
-            timeout_ms = 0  # dropped one; look for another already waiting
-        return None
+        """The next valid message, or None on timeout (or after a run of invalid ones, which
+        are dropped and counted)."""
+        return self._receive(timeout_ms)
+
+    def _take(self, frames: list[Any]) -> Received | None:
+        if len(frames) <= 1:
+            self._reject(wire.GARBAGE, "a message with no frame after the client's identity")
+            return None
+        received = self._decode(frames[1:])
+        if received is not None:
+            received.client = frames[0].bytes
+        return received
 
     def send(self, client: bytes, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
         writer = None
@@ -239,10 +327,12 @@ class LinkServer(_Endpoint):
 class LinkClient(_Endpoint):
     """Connects to the server registered under `key`; sends to it and receives its replies."""
 
-    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, lookup_timeout_s: float = 60.0) -> None:
-        super().__init__(ctx, key, transport, zmq.DEALER)
+    def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, lookup_timeout_s: float = 60.0,
+                 kind: str = "control") -> None:
+        super().__init__(ctx, key, transport, zmq.DEALER, kind)
         self.address = ctx.names.lookup(key, lookup_timeout_s)
         self.socket.connect(self.address)
+        self._bind(self.address, ">", "<")
         # The token keeps a restarted worker's segments apart from its predecessor's.
         writer_name = f"{ctx.shm_prefix}{name}-{secrets.token_hex(2)}_{key.replace('/', '.')}"
         self.writer = ShmWriter(writer_name) if transport == "shm" else None
@@ -253,22 +343,18 @@ class LinkClient(_Endpoint):
         if address is None or address == self.address:
             return False
         self.socket.close(linger=0)
-        self.socket = self.ctx.zmq_context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket = self._socket(zmq.DEALER)
         self.socket.connect(address)
         self.address = address
+        self._bind(address, ">", "<")
         return True
 
     def send(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
         self.socket.send_multipart(self._encode(slot, meta, arrays, self.writer), copy=True)
 
     def recv(self, timeout_ms: int = 0) -> Received | None:
-        while timeout_ms < 0 or self._poll(timeout_ms):
-            received = self._decode(self.socket.recv_multipart(copy=False))
-            if received is not None:
-                return received
-            timeout_ms = 0
-        return None
+        """The server's next valid reply, or None on timeout (invalid ones are dropped and counted)."""
+        return self._receive(timeout_ms)
 
     def close(self) -> None:
         if self.writer is not None:

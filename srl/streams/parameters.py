@@ -4,9 +4,10 @@
 sequence lock; a subscriber checks one integer to learn whether anything is new, so
 polling between inference batches costs nothing.
 
-`zmq`: PUB/SUB over TCP with tagged messages. A background thread receives and decodes,
-so a large model never stalls the subscriber's loop; the publisher re-sends the latest
-version now and then for subscribers that joined (or restarted) after it was published.
+`zmq`: PUB/SUB over TCP with sealed messages (`wire.Seal`). A background thread receives
+and decodes, so a large model never stalls the subscriber's loop; the publisher re-sends the
+latest version now and then for subscribers that joined (or restarted) after it was
+published. Those repeats are the one message a subscriber's guard takes twice.
 """
 
 from __future__ import annotations
@@ -22,12 +23,19 @@ import zmq
 
 from srl.data import wire
 from srl.data.named_array import NamedArray
-from srl.streams.link import ShmReader, ShmWriter, StreamContext, Transport
+from srl.streams.link import ShmReader, ShmWriter, StreamContext, Transport, binding
 from srl.streams.shm import Segment
 
 _CONTROL = struct.Struct("<QQ")  # sequence (odd while writing), version + 1 (0: nothing yet)
 _CONTROL_BYTES = 4096
 REPUBLISH_S = 1.0
+KIND = "parameters"
+
+
+def _binding(key: str) -> str:
+    # Not the publisher's address: a subscriber follows a replaced trainer to its new one,
+    # and no peer can send into a subscriber's socket anyway (it connects out, to the publisher).
+    return binding(KIND, key, "", "|pub")
 
 
 class ParameterPublisher(ABC):
@@ -88,7 +96,7 @@ class ShmParameterSubscriber(ParameterSubscriber):
         self.ctx, self.key = ctx, key
         self.name = ctx.names.lookup(key, lookup_timeout_s)
         self.control = Segment.attach(self.name)
-        self.reader = ShmReader(ctx.shm_prefix)
+        self.reader = ShmReader(ctx.shm_prefix, ctx.cap(KIND))
         self.version = -1
         self.last_lookup = time.monotonic()
 
@@ -138,8 +146,10 @@ class ZmqParameterPublisher(ParameterPublisher):
         self.socket = ctx.zmq_context.socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 2)  # slow subscribers skip versions, never queue them
+        # A PUB socket reads only subscriptions, but a peer could still send it large frames.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
         self.socket.bind(f"tcp://{ctx.host}:0")
-        self.secret = ctx.secret
+        self.seal = wire.Seal(ctx.secret, _binding(key))
         self.frames: list[Any] | None = None
         self.last_sent = 0.0
         self.incarnation = secrets.token_hex(4)
@@ -149,7 +159,7 @@ class ZmqParameterPublisher(ParameterPublisher):
     def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
         # Copy: the trainer keeps updating its tensors while zmq sends asynchronously.
         meta = {**(meta or {}), "version": version, "incarnation": self.incarnation}
-        self.frames = wire.encode(meta, params.copy(), self.secret)
+        self.frames = self.seal.encode(meta, params.copy())
         self._send()
 
     def _send(self) -> None:
@@ -171,10 +181,11 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, 2)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.setsockopt(zmq.MAXMSGSIZE, ctx.cap(KIND))
         self.ctx, self.key = ctx, key
         self.address = ctx.names.lookup(key, lookup_timeout_s)
         self.socket.connect(self.address)
-        self.secret = ctx.secret
+        self.guard = wire.Guard(ctx.secret, _binding(key), ctx.cap(KIND), repeats=True)
         self.version = -1
         self.incarnation = ""
         self.last_lookup = time.monotonic()
@@ -204,11 +215,12 @@ class ZmqParameterSubscriber(ParameterSubscriber):
             except zmq.ZMQError:
                 return
             try:
-                meta, params = wire.decode(frames, self.secret)
+                meta, params = self.guard.decode(frames)
                 version = int(meta.pop("version"))
                 incarnation = str(meta.pop("incarnation", ""))
-            except (wire.WireError, KeyError, TypeError, ValueError):
+            except (wire.WireError, KeyError, TypeError, ValueError) as exc:
                 self.dropped += 1
+                self.ctx.rejected[getattr(exc, "reason", wire.GARBAGE)] += 1
                 continue
             with self._lock:
                 if incarnation != self.incarnation:  # a new publisher restarts the version count

@@ -38,7 +38,7 @@ class SampleProducer:
 
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, slots: int,
                  reconnect_after_s: float = 2.0) -> None:
-        self.link = LinkClient(ctx, key, transport, name)
+        self.link = LinkClient(ctx, key, transport, name, kind="samples")
         self.slots = slots
         self.free = list(range(slots))
         self.reconnect_after_s = reconnect_after_s
@@ -121,7 +121,7 @@ class SampleProducer:
 
 class SampleConsumer:
     def __init__(self, ctx: StreamContext, key: str, transport: Transport) -> None:
-        self.link = LinkServer(ctx, key, transport)
+        self.link = LinkServer(ctx, key, transport, kind="samples")
 
     def get(self, timeout_ms: int) -> tuple[Meta, NamedArray] | None:
         """The next trajectory (a private copy) and its meta, or None on timeout."""

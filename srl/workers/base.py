@@ -113,6 +113,8 @@ class ContextSpec:
     ipc_dir: str
     #: Address to bind TCP sockets to; `node` means this host's own address on the cluster.
     host: str = "127.0.0.1"
+    #: The largest message of each stream kind, in bytes (`streams.max_message_mb`).
+    caps: dict[str, int] = field(default_factory=dict)
 
     def build(self) -> StreamContext:
         host, ipc_dir = self.host, self.ipc_dir
@@ -129,7 +131,7 @@ class ContextSpec:
         if ipc_dir == "node":
             ipc_dir = os.path.join(tempfile.gettempdir(), f"srl-{self.run_id}-{host}")
             os.makedirs(ipc_dir, mode=0o700, exist_ok=True)
-        return StreamContext(self.run_id, self.secret, names, ipc_dir, host)
+        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps)
 
 
 class FatalError(RuntimeError):
@@ -182,6 +184,10 @@ class Worker(ABC):
         return []
 
     # ------------------------------------------------------------ the shell
+    def _stats(self) -> dict[str, Any]:
+        """The kind's stats, and what the shell adds: messages its links rejected, by reason."""
+        return {**self.stats(), "rejected": dict(self.ctx.rejected)}
+
     @property
     def stopping(self) -> bool:
         return self._stopping
@@ -202,7 +208,7 @@ class Worker(ABC):
                 self._unanswered_since = now
             self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
                                    "log": SHIPPED_LOG.drain(),
-                                   "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self.stats()})
+                                   "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats()})
         silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
         if silent > self.spec.orphan_timeout_s or not self._controller_alive():
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
@@ -287,7 +293,7 @@ class Worker(ABC):
             except Exception:
                 log.exception("teardown of %s failed", self.name)
             if code == 0:
-                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self.stats(),
+                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self._stats(),
                                        "log": SHIPPED_LOG.drain()})
             time.sleep(0.05)  # let the last message leave before the socket closes
             self._control.close()

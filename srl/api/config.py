@@ -204,6 +204,17 @@ class SupervisionConfig(Section):
     #: Restarts allowed per worker within `restart_window_s`; one more stops the run cleanly.
     max_restarts: int = Field(3, ge=0)
     restart_window_s: float = Field(60.0, gt=0)
+    #: A running worker whose progress (its kind's `progress` stat: a trainer's trained steps, an
+    #: actor's env steps, a policy worker's answered requests) stands still this long while it
+    #: waits on no other worker is hung: killed and restarted like a silent one. When every
+    #: watched worker waits on another and none moves for this long, the run stops. null: off.
+    progress_timeout_s: float | None = Field(300.0, gt=0)
+    #: `progress_timeout_s` for some groups, by name (`trainer: 1800` for a very slow step).
+    progress_timeout_by_group: dict[str, PositiveFloat] = {}
+
+    def progress_timeout(self, group: str) -> float | None:
+        """The progress window of a worker of `group` (None: its progress is not watched)."""
+        return self.progress_timeout_by_group.get(group, self.progress_timeout_s)
 
 
 class GroupOverride(Section):

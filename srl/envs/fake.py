@@ -9,6 +9,8 @@ truncation; the env resets when every agent is done.
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -19,12 +21,14 @@ from srl.data import keys
 class FakeEnv(Env):
     def __init__(self, n_agents: int = 1, n_actions: int = 3, episode_length: int = 10, tag: float = 0.0,
                  step_sleep_s: float = 0.0, agent_lengths: list[int] | None = None,
-                 crash_after_steps: int | None = None) -> None:
+                 crash_after_steps: int | None = None, hang_after_steps: int | None = None) -> None:
         self.agent_ids = tuple(f"agent_{i}" for i in range(n_agents))
         #: Per-agent episode lengths, so agents can finish before their env does.
         self.agent_lengths = list(agent_lengths or [episode_length] * n_agents)
         #: Raise after this many steps: a crashing simulator, for supervision tests.
         self.crash_after_steps = crash_after_steps
+        #: Never return from a step after this many: a simulator stuck for good, for supervision tests.
+        self.hang_after_steps = hang_after_steps
         self.total_steps = 0
         self.n_actions = n_actions
         self.episode_length = episode_length
@@ -57,9 +61,10 @@ class FakeEnv(Env):
 
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
         if self.step_sleep_s:
-            import time
             time.sleep(self.step_sleep_s)
         self.total_steps += 1
+        while self.hang_after_steps is not None and self.total_steps > self.hang_after_steps:
+            time.sleep(3600)
         if self.crash_after_steps is not None and self.total_steps > self.crash_after_steps:
             raise RuntimeError(f"simulated simulator crash after {self.crash_after_steps} steps")
         self.history.append({a: int(actions[a]) for a in self.agent_ids})

@@ -118,7 +118,8 @@ class Controller:
             if self.launcher.host_of(spec.name) == here:
                 spec.controller_pid = os.getpid()
             kind = self.graph.kinds.get(spec.kind) or WORKERS.resolve(spec.kind)
-            self.supervisor.start(WorkerState(spec, kind.supervision, tuple(kind.counters)))
+            self.supervisor.start(WorkerState(spec, kind.supervision, tuple(kind.counters),
+                                              progress_stat=kind.progress))
 
     def _clean_after_previous_run(self) -> None:
         """A run killed outright (SIGKILL) could not sweep its shared memory: do it now."""
@@ -139,7 +140,7 @@ class Controller:
         if removed:
             log.info("removed %d shared-memory segments of the previous run", len(removed))
 
-    def _log_tail(self, name: str, lines: int = 15) -> str:
+    def _log_tail(self, name: str, lines: int = 80) -> str:
         path = self.run_dir.path / "logs" / f"{name}.log"
         try:
             return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -226,13 +227,23 @@ class Controller:
         for worker in self.workers.values():  # don't wait for their next heartbeat
             if worker.client:
                 self.control.send(worker.client, 0, {"command": "stop", "info": {"env_steps": self.env_steps}})
-        # Answer heartbeats with "stop" until every worker has said goodbye (or the grace runs out).
+        # Answer heartbeats with "stop" until every worker has said goodbye (or the grace runs out);
+        # one already silent past the heartbeat timeout is stuck: not waited for, but killed.
         deadline = time.monotonic() + STOP_GRACE_S
         started = self.launcher.started()
-        while time.monotonic() < deadline and any(self.launcher.exitcode(n) is None for n in started):
+        silent = self.config.supervision.heartbeat_timeout_s
+
+        def may_say_goodbye(name: str) -> bool:
+            heard = self.workers[name].last_heartbeat if name in self.workers else 0.0
+            return self.launcher.exitcode(name) is None and not (heard and time.monotonic() - heard > silent)
+
+        while time.monotonic() < deadline and any(may_say_goodbye(n) for n in started):
             message = self.control.recv(50)
             if message is not None:
                 self._handle(message)
+        for name in started:
+            if self.launcher.exitcode(name) is None and not may_say_goodbye(name):
+                self.launcher.signal(name, signal.SIGKILL)
         self.launcher.stop_all(grace_s=1.0)
         self.control.close()
         self.launcher.close()

@@ -2,6 +2,14 @@
 
 How a worker is replaced is its kind's declaration (`Worker.supervision`): alone or with
 its whole group, fresh or from the last checkpoint. Nothing here names a kind.
+
+A worker is hung when it sends no heartbeat, or when its progress stat (its kind's
+`Worker.progress`) stands still for the progress window while it waits on no other worker.
+Heartbeats alone miss a trainer stuck inside its algorithm (a helper thread beats for it),
+and a worker that waits is not to blame: an actor without credits waits on a trainer that
+trains slowly or not at all, and it is the trainer that makes no progress while waiting on
+nothing. When every watched worker waits and none moves (a lost message, a cycle), nobody
+can be blamed: the run stops with who waits on what.
 """
 
 from __future__ import annotations
@@ -17,12 +25,14 @@ from typing import Any
 from srl.api.config import SupervisionConfig
 from srl.api.graph import Supervision
 from srl.launch.launcher import Launcher
-from srl.workers.base import ContextSpec, WorkerSpec
+from srl.workers.base import HUNG_SIGNAL, ContextSpec, WorkerSpec
 
 log = logging.getLogger(__name__)
 
 #: A worker that has not sent its first heartbeat this long after its start stops the run.
 STARTUP_GRACE_S = 120.0
+#: Seconds a hung worker gets to write its stacks to its log before it is killed.
+STACK_DUMP_S = 0.5
 
 
 @dataclass
@@ -47,6 +57,18 @@ class WorkerState:
     restart_times: collections.deque = field(default_factory=collections.deque)
     #: Seconds from the last restart to the replacement's first heartbeat.
     restart_latency_s: float | None = None
+    #: The stat that shows it doing its job (its kind's `progress`; None: not watched), its
+    #: last value, and when it last moved on or said it waits on another worker.
+    progress_stat: str | None = None
+    progress: Any = None
+    moved_at: float = 0.0
+    #: The port it waits on, as its last heartbeat said ("": working).
+    waiting: str = ""
+    #: Why it was found hung, where it was stuck and what it last logged, and when (it is
+    #: killed shortly after).
+    hung: str = ""
+    hung_log: str = ""
+    hung_at: float = 0.0
 
 
 class Supervisor:
@@ -61,6 +83,8 @@ class Supervisor:
         #: Called with a worker's last state just before a replacement takes its place.
         self.on_replaced = on_replaced
         self.workers: dict[str, WorkerState] = {}
+        #: When a worker last moved on (or started): the run stalls when none has for a window.
+        self.run_moved_at = time.monotonic()
 
     def start(self, worker: WorkerState) -> None:
         self.workers[worker.spec.name] = worker
@@ -75,6 +99,13 @@ class Supervisor:
         worker.pid = meta.get("pid", worker.pid)
         worker.host = self.launcher.host_of(worker.spec.name) or meta.get("host", worker.host)
         worker.endpoints = list(meta.get("endpoints") or [])
+        worker.waiting = str(meta.get("waiting") or "")
+        progress = worker.stats.get(worker.progress_stat) if worker.progress_stat else None
+        if worker.state == "starting" or progress != worker.progress:  # a start counts as moving on
+            worker.progress, worker.moved_at = progress, now
+            self.run_moved_at = now
+        elif worker.waiting:
+            worker.moved_at = now
         if worker.state == "starting" and worker.restarts:
             worker.restart_latency_s = round(now - worker.started_at, 3)
         if worker.state == "starting":
@@ -92,16 +123,49 @@ class Supervisor:
                     # setting, which a restart cannot fix. Stop now, with the reason.
                     worker.state = "failed"
                     return f"worker {name} failed to start: {last}", ""
-                reason = self._restart(worker, f"died with exit code {code}" + (f" ({last})" if last else ""), now)
-            elif worker.state == "running" and now - worker.last_heartbeat > self.budget.heartbeat_timeout_s:
-                worker.state = "hung"
-                log.warning("%s sent no heartbeat for %.0f s; killing it", name, now - worker.last_heartbeat)
+                why = worker.hung or f"died with exit code {code}" + (f" ({last})" if last else "")
+                reason = self._restart(worker, why, now)
+            elif worker.state == "running" and (why := self._stalled(worker, now)):
+                self._hang(worker, why, now)
+            elif worker.state == "hung" and now - worker.hung_at > STACK_DUMP_S:
+                worker.hung_log = worker.hung_log or last_words(self.log_tail(name))
                 self.launcher.signal(name, signal.SIGKILL)
             elif worker.state == "starting" and now - worker.started_at > STARTUP_GRACE_S:
                 reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s", ""
             if reason:
                 return reason
-        return None
+        return self._run_stalled(now)
+
+    def _window(self, worker: WorkerState) -> float | None:
+        """Its progress window (None: its progress is not watched)."""
+        return self.budget.progress_timeout(worker.spec.group) if worker.progress_stat else None
+
+    def _stalled(self, worker: WorkerState, now: float) -> str:
+        """Why a running worker counts as hung ("" if it does not)."""
+        if now - worker.last_heartbeat > self.budget.heartbeat_timeout_s:
+            return f"sent no heartbeat for {now - worker.last_heartbeat:.0f} s"
+        window = self._window(worker)
+        if window is not None and now - worker.moved_at > window:
+            return (f"made no progress for {now - worker.moved_at:.0f} s ({worker.progress_stat} stayed at "
+                    f"{worker.progress}) while waiting on no other worker")
+        return ""
+
+    def _hang(self, worker: WorkerState, why: str, now: float) -> None:
+        """Ask a hung worker for its stacks (into its log); the next check after `STACK_DUMP_S` kills it."""
+        log.warning("%s %s; killing it", worker.spec.name, why)
+        worker.state, worker.hung, worker.hung_at, worker.hung_log = "hung", why, now, ""
+        self.launcher.signal(worker.spec.name, HUNG_SIGNAL)
+
+    def _run_stalled(self, now: float) -> tuple[str, str] | None:
+        """Every watched worker waits on another and none has moved on for a window: nobody to blame."""
+        watched = [w for w in self.workers.values() if self._window(w) is not None]
+        if not watched or not all(w.state == "running" and w.waiting for w in watched):
+            return None
+        window = max(self._window(w) for w in watched)
+        if now - self.run_moved_at <= window:
+            return None
+        waits = ", ".join(f"{w.spec.name} on {w.waiting}" for w in watched)
+        return f"no worker made progress for {now - self.run_moved_at:.0f} s, each waiting on another ({waits})", ""
 
     def _restart(self, worker: WorkerState, why: str, now: float) -> tuple[str, str] | None:
         """Replace a dead or hung worker (with its group, if its kind says so), within budget."""
@@ -109,10 +173,12 @@ class Supervisor:
             worker.restart_times.popleft()
         if len(worker.restart_times) >= self.budget.max_restarts:
             worker.state = "failed"
-            tail = self.log_tail(worker.spec.name)
+            tail = "\n".join(self.log_tail(worker.spec.name).splitlines()[-15:])
             worker.error = worker.error or tail
-            return (f"worker {worker.spec.name} {why}; {len(worker.restart_times)} restarts within "
-                    f"{self.budget.restart_window_s:.0f} s used up the restart budget", f"Last lines of its log:\n{tail}")
+            words = f"; {worker.hung_log}" if worker.hung_log else ""
+            reason = (f"worker {worker.spec.name} {why}; {len(worker.restart_times)} restarts within "
+                      f"{self.budget.restart_window_s:.0f} s used up the restart budget{words}")
+            return reason, f"Last lines of its log:\n{tail}"
         log.warning("restarting %s (%s)", worker.spec.name, why)
         group = [worker]
         if worker.supervision.scope == "group":
@@ -127,8 +193,24 @@ class Supervisor:
                 member.spec.resume = True
             member.spec.generation += 1
             member.stats, member.client, member.error = {}, b"", ""
+            member.hung, member.hung_log, member.waiting = "", "", ""
             member.restarts += 1
             member.restart_times.append(now)
             member.restart_latency_s = None
             self.start(member)
         return None
+
+
+def last_words(log_tail: str) -> str:
+    """One line from a hung worker's log: where its main thread was stuck, what it last said.
+
+    The log ends with the stacks it wrote when asked (`HUNG_SIGNAL`); faulthandler lists the
+    main thread last, innermost frame first.
+    """
+    lines = log_tail.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.endswith("(most recent call first):")]
+    where = lines[headers[-1] + 1].strip() if headers and headers[-1] + 1 < len(lines) else ""
+    said = [line.strip() for line in lines
+            if line.strip() and not line.startswith(("  File ", "Thread 0x", "Current thread 0x"))]
+    parts = ([f"stuck at {where}"] if where else []) + ([f"its last log lines: {' | '.join(said[-2:])}"] if said else [])
+    return "; ".join(parts)[-600:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from srl.api.graph import Port
@@ -34,6 +35,7 @@ class ActorWorker(Worker):
     ports = {"samples": Port("samples", "produce"), "inference": Port("inference", "produce", optional=True),
              "parameters": Port("parameters", "consume", optional=True)}
     counters = ("env_steps", "episode_returns")
+    progress = "env_steps"
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -71,7 +73,9 @@ class ActorWorker(Worker):
     def poll(self) -> None:
         got = self.inference.reply(100)
         if got is None:
+            self.waiting_on = "inference"
             return
+        self.waiting_on = ""
         slot, reply = got
         request, trajectory = self.ring.step(slot, reply)
         if not self.synchronous:
@@ -82,7 +86,8 @@ class ActorWorker(Worker):
             self.inference.request(slot, request)
 
     def _send(self, trajectory: NamedArray) -> bool:
-        sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self.heartbeat)
+        sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self._waiting_for("samples"))
+        self.waiting_on = ""
         self.trajectories += sent
         return sent
 
@@ -96,7 +101,9 @@ class ActorWorker(Worker):
         self.unsynced_steps = 0
         assert isinstance(self.inference, InlineInference)
         deadline = time.monotonic() + SYNC_PATIENCE_S
-        if self.inference.await_parameters(lambda: self.heartbeat() and time.monotonic() < deadline):
+        waiting = self._waiting_for("parameters")
+        if self.inference.await_parameters(lambda: waiting() and time.monotonic() < deadline):
+            self.waiting_on = ""
             return True
         if not self.stopping:
             # A trainer replaced mid-batch lost samples the count includes: it trains later
@@ -104,6 +111,13 @@ class ActorWorker(Worker):
             log.warning("no new parameters for %.0f s: acting asynchronously from now on", SYNC_PATIENCE_S)
             self.synchronous = False
         return not self.stopping
+
+    def _waiting_for(self, port: str) -> Callable[[], bool]:
+        """A `while_waiting` callback: heartbeats that say the actor waits on `port` (a peer's credit or version)."""
+        def wait() -> bool:
+            self.waiting_on = port
+            return self.heartbeat()
+        return wait
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "_blocked_at"):

@@ -3,9 +3,12 @@
 A worker kind implements `setup()`, `poll()` (one short unit of work that returns
 without blocking for long) and `teardown()`, and reports numbers from `stats()`. It
 declares, as class attributes, the stream ends it has (`ports`), how the controller
-replaces it (`supervision`), which of its stats add up to the run's totals (`counters`)
-and, optionally, a pydantic `Config` for its group's settings. A graph names the kind by
-import path (`mypkg.workers:MyWorker`); nothing registers it.
+replaces it (`supervision`), which of its stats add up to the run's totals (`counters`),
+which stat grows as it does its job (`progress`) and, optionally, a pydantic `Config` for
+its group's settings. While a poll finds nothing to do it names in `waiting_on` the port
+it waits on: the controller's progress watchdog blames a stalled worker only if it waits
+on no other. A graph names the kind by import path (`mypkg.workers:MyWorker`); nothing
+registers it.
 The shell sends a heartbeat with those stats every `heartbeat_s`; the controller's
 answer says whether to keep going. No answer for `orphan_timeout_s` means the
 controller is gone, and the worker exits on its own rather than linger as an orphan.
@@ -20,6 +23,7 @@ import collections
 import contextlib
 import logging
 import os
+import signal
 import socket
 import tempfile
 import threading
@@ -57,6 +61,8 @@ class ShippedLog(logging.Handler):
 SHIPPED_LOG = ShippedLog()
 
 CONTROL_KEY = "control"
+#: Sent to a hung worker just before it is killed: it writes every thread's stack to its log.
+HUNG_SIGNAL = signal.SIGUSR1
 #: Seconds between looks at the control socket. The run loop asks after every poll (thousands
 #: of times a second for a fast env); a stop command waits at most this long.
 CONTROL_CHECK_S = 0.02
@@ -145,6 +151,8 @@ class Worker(ABC):
     supervision: ClassVar[Supervision] = Supervision()
     #: Stats that add up to the run's totals (`env_steps`, `trained_steps`, `episode_returns`).
     counters: ClassVar[tuple[str, ...]] = ()
+    #: A stat that grows while the worker does its job (a counter); None: its progress is not watched.
+    progress: ClassVar[str | None] = None
 
     def __init__(self, spec: WorkerSpec, ctx: StreamContext) -> None:
         self.spec = spec
@@ -163,6 +171,9 @@ class Worker(ABC):
         self._unanswered_since: float | None = None
         #: What the controller last told us beyond "keep going" (e.g. the run's env-step count).
         self.controller_info: dict[str, Any] = {}
+        #: The port this worker waits on (no input, no credit), "" while it works: a worker that
+        #: makes no progress is hung only if it waits on nothing (see `progress`).
+        self.waiting_on = ""
 
     # ------------------------------------------------------------ to implement
     @abstractmethod
@@ -208,7 +219,8 @@ class Worker(ABC):
                 self._unanswered_since = now
             self._control.send(0, {"worker": self.name, "event": "heartbeat", "pid": os.getpid(),
                                    "log": SHIPPED_LOG.drain(),
-                                   "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats()})
+                                   "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats(),
+                                   "waiting": self.waiting_on})
         silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
         if silent > self.spec.orphan_timeout_s or not self._controller_alive():
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
@@ -234,10 +246,14 @@ class Worker(ABC):
         training step doesn't), and the helper touches it only under the lock that ends the
         body, so the two threads never use it at the same time. The helper lives as long as
         the worker (a trainer enters `busy` for every step, tens of times a second).
+        Those heartbeats say the worker is alive, not that the body moves: the stats they
+        carry show no progress and no wait, so a body stuck for good is caught by the
+        controller's progress watchdog instead.
         """
         if self._beater is None:
             self._beater = threading.Thread(target=self._beat_while_busy, name="heartbeat", daemon=True)
             self._beater.start()
+        self.waiting_on = ""
         self._busy.set()
         try:
             yield

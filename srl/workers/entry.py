@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
-from srl.workers.base import SHIPPED_LOG, ContextSpec, WorkerSpec
+from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
 from srl.workers.seeding import seed_process, worker_seed
 
 
@@ -49,6 +50,9 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
         _die_with_parent()
     if own_process:
         _redirect_output(spec.run_dir, spec.name)
+        # The controller asks a hung worker for its stacks before it kills it: the log then
+        # shows where it was stuck.
+        faulthandler.register(HUNG_SIGNAL, all_threads=True)
     else:
         # On a cluster the run directory lives on the driver's machine: log lines travel
         # with the heartbeats and the controller writes them into logs/<worker>.log there.

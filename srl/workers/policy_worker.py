@@ -25,6 +25,7 @@ from srl.workers.components import make_env, make_policy
 
 class PolicyWorker(Worker):
     ports = {"inference": Port("inference", "consume"), "parameters": Port("parameters", "consume")}
+    progress = "samples"  # requests answered (observations, one per env)
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -50,6 +51,7 @@ class PolicyWorker(Worker):
         if (new := self.params.poll()) is not None:
             self.policy.set_params(new[1], new[0])
         requests = self.server.receive(100)
+        self.waiting_on = "" if requests else "inference"
         if not requests:
             return
         received = time.monotonic()

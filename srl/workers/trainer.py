@@ -39,6 +39,7 @@ class TrainerWorker(Worker):
     # together, from the last checkpoint.
     supervision = Supervision(scope="group", from_checkpoint=True)
     counters = ("trained_steps",)
+    progress = "trained_steps"
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -90,6 +91,7 @@ class TrainerWorker(Worker):
         self.started = time.monotonic()
 
     def poll(self) -> None:
+        self.waiting_on = "samples"  # until a batch is complete and trains (`busy` clears it)
         got = self.consumer.get(100)
         while got is not None:
             meta, batch = got

@@ -119,49 +119,80 @@ def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
         kill_run(process, run_dir)  # after the assertions: it sweeps too
 
 
-def test_random_bytes_to_every_port_change_nothing_but_the_dropped_counter(tmp_path):
+def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counters(tmp_path):
+    """Garbage, oversized messages, a captured valid message replayed, and a flood, at every
+    TCP endpoint `srl status --json` lists: the run keeps learning and counts each by reason."""
     import random
     import socket
 
     import zmq
 
     run_dir = tmp_path / "run"
-    # A fixed length, not a return to reach: CartPole can reach any return before the garbage
-    # is all sent, and a run that ended leaves the forged messages no peer to go to.
+    # A fixed length, not a return to reach: CartPole can reach any return before the traffic
+    # is all sent, and a run that ended leaves the forged messages no peer to go to. Small caps
+    # (a CartPole trajectory is ~100 KB) keep the oversized messages cheap to send.
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "streams.transport=zmq", "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=20", "log.tensorboard=false"),
+                    "streams.transport=zmq", "streams.max_message_mb.inference=1", "streams.max_message_mb.samples=4",
+                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=30", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     context = zmq.Context()
     try:
         def all_listening():
-            status = _status(run_dir)
-            workers = status.get("workers", [])
+            workers = _status(run_dir).get("workers", [])
             servers = [w for w in workers if w["kind"] in ("policy", "trainer")]
-            ready = workers and all(w["state"] == "running" for w in workers) and all(w["endpoints"] for w in servers)
-            return ready and [e for w in servers for e in w["endpoints"]]
-        endpoints = _wait_for(all_listening, 60, "servers listening", process)
-        assert all(e.startswith("tcp://127.0.0.1:") for e in endpoints)
+            return workers and all(w["state"] == "running" for w in workers) and all(w["endpoints"] for w in servers)
+        _wait_for(all_listening, 60, "servers listening", process)
+        status = json.loads(subprocess.run(srl_command("status", "--json", str(run_dir)), capture_output=True,
+                                           text=True, check=True, timeout=60).stdout)
+        listed = {w["name"]: w["endpoints"] for w in status["workers"]}
+        # The policy worker serves inference; the trainer takes samples, then publishes parameters.
+        routers = [listed["policy.0"][0], listed["trainer.0"][0]]
+        (publisher,) = listed["trainer.0"][1:]
+        assert all(e.startswith("tcp://127.0.0.1:") for e in [*routers, publisher])
+
+        # Anyone on the host may subscribe to the parameters: capture one valid, sealed message.
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(publisher)
+        assert sub.poll(5000), "no parameters published within 5 s"
+        captured = [bytes(f) for f in sub.recv_multipart()]
+        sub.close()
+
         rng = random.Random(0)
-        for endpoint in endpoints:
+        for endpoint in routers:
             host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
             for _ in range(5):  # raw garbage: not even a ZeroMQ handshake
                 with socket.create_connection((host, int(port)), timeout=2) as raw:
                     raw.sendall(rng.randbytes(rng.randint(1, 4096)))
-            dealer = context.socket(zmq.DEALER)  # a well-formed ZeroMQ peer sending forged messages
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.SNDTIMEO, 5000)  # fail, not hang, if the server has gone
-            dealer.connect(endpoint)
-            for _ in range(20):
-                dealer.send_multipart([rng.randbytes(rng.randint(0, 300)) for _ in range(rng.randint(1, 4))])
-            time.sleep(0.2)
-            dealer.close()
+            for messages in (
+                [[rng.randbytes(rng.randint(0, 300)) for _ in range(rng.randint(1, 4))] for _ in range(20)],  # forged
+                [[b"x" * (1 << 20)] * 5],  # 5 MiB in frames under the cap, over it in all: counted
+                [[b"x" * (5 << 20)]],  # one frame over the cap: libzmq drops the peer unread
+                [captured, captured],  # valid, but sealed for the parameter stream
+                [[b"SRL1{", b"y" * 64]] * 2000,  # a flood
+            ):
+                dealer = context.socket(zmq.DEALER)  # a well-formed ZeroMQ peer
+                dealer.setsockopt(zmq.SNDTIMEO, 5000)  # fail, not hang, if the server has gone
+                dealer.connect(endpoint)
+                for message in messages:
+                    dealer.send_multipart(message)
+                dealer.close(linger=5000)  # after what it queued is delivered (a loaded host connects slowly)
+        after_attack = _status(run_dir)
         process.wait(timeout=200)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["stop_reason"].startswith("time_s"), summary
-        assert _best_return(run_dir) >= 200, summary  # it went on learning (random: 22)
+        assert _best_return(run_dir) >= 475, summary  # it learned to cartpole-ppo's threshold (random: 22) ...
+        version = max(w["policy_version"] or 0 for w in after_attack["workers"])
+        assert summary["policy_version"] > version + 10, summary  # ... and went on training after the attack
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
-        assert workers["policy.0"]["dropped"] >= 20 and workers["trainer.0"]["dropped"] >= 20
+        for name in ("policy.0", "trainer.0"):
+            rejected = workers[name]["rejected"]
+            assert rejected.get("bad_tag", 0) >= 2020 and rejected.get("oversized", 0) >= 1, (name, rejected)
+            assert rejected.get("wrong_stream", 0) >= 2, (name, rejected)
+        assert workers["policy.0"]["dropped"] >= 2020
+        assert not any(w["rejected"] for w in workers.values() if w["kind"] == "actor")  # nothing aimed at them
         assert all(w["restarts"] == 0 for w in workers.values())
     finally:
         context.destroy(linger=0)

@@ -1,5 +1,6 @@
-"""Data-parallel trainers on one host average gradients through shared memory: exact means,
-round after round, and a peer that stops answering is an error, not a hang."""
+"""Data-parallel trainers on one host: averaged gradients through shared memory (exact means,
+round after round; a peer that stops answering is an error, not a hang), and hogwild
+trainers updating one copy of the weights."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from srl.streams.names import DirectoryNameService
-from srl.workers.ddp import ShmMean
+from srl.workers.ddp import SharedWeights, ShmMean
 
 NUMEL = 1000
 
@@ -59,3 +60,63 @@ def test_a_silent_peer_is_an_error_after_the_timeout() -> None:
                 alone(torch.ones(NUMEL))
         finally:
             alone.close()
+
+
+class _Net(torch.nn.Module):
+    """What SharedWeights reaches of a policy: its parameters and buffers."""
+
+    def __init__(self, fill: float) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 5)
+        self.register_buffer("count", torch.zeros(2, dtype=torch.int64))
+        with torch.no_grad():
+            for p in self.parameters():
+                p.fill_(fill)
+
+
+def _hogwild_rank(root: str, name: str, rank: int, steps: int, barrier, queue) -> None:
+    net = _Net(fill=float(rank + 1))  # rank 1 starts elsewhere: rank 0's weights must win
+    shared = SharedWeights(DirectoryNameService(root), "ddp/0/weights", name, rank, net, timeout_s=30)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    for _ in range(steps):  # both ranks step at once, neither waits
+        optimizer.zero_grad()
+        net.linear(torch.ones(4, 3)).sum().backward()
+        optimizer.step()
+    net.count[rank] = steps
+    barrier.wait(timeout=60)  # both done: each now sees the other's steps
+    queue.put((rank, net.linear.bias.detach().clone().numpy(), net.count.clone().numpy()))
+    shared.close()
+
+
+def test_hogwild_trainers_update_one_copy_of_the_weights() -> None:
+    steps, lr, grad = 300, 0.01, 4.0  # the bias's gradient: 4 per element at every step
+    name = f"srl_test{os.getpid()}c_ddp-g0"
+    with tempfile.TemporaryDirectory() as root:
+        ctx = mp.get_context("spawn")
+        barrier, queue = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_hogwild_rank, args=(root, name, r, steps, barrier, queue)) for r in range(2)]
+        for p in procs:
+            p.start()
+        results = {rank: rest for rank, *rest in (queue.get(timeout=60) for _ in procs)}
+        for p in procs:
+            p.join(timeout=30)
+    alone = 1.0 - steps * lr * grad  # rank 0's start, and its own steps only
+    for rank, (bias, count) in results.items():
+        # Both ranks' steps landed on one copy. Lock-free read-modify-writes may lose a few of them
+        # (that is hogwild's bargain), so the bound is loose: well past one rank's steps.
+        assert (bias < alone - 0.5 * steps * lr * grad).all() and (bias >= 1.0 - 2 * steps * lr * grad - 1e-3).all(), \
+            (rank, bias)
+        assert count.tolist() == [steps, steps]  # buffers are shared too
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_hogwild_refuses_a_segment_smaller_than_the_policy() -> None:
+    name = f"srl_test{os.getpid()}d_ddp-g0"
+    with tempfile.TemporaryDirectory() as root:
+        names = DirectoryNameService(root)
+        small = SharedWeights(names, "ddp/0/weights", name, 0, torch.nn.Linear(2, 2), timeout_s=1)
+        try:
+            with pytest.raises(RuntimeError, match="different policies"):
+                SharedWeights(names, "ddp/0/weights", name, 1, _Net(0.0), timeout_s=1)
+        finally:
+            small.close()

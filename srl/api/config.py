@@ -103,6 +103,17 @@ class TrainersConfig(Section):
     #: `rollback` to the last checkpoint and go on. Non-finite weights are never checkpointed.
     on_diverge: Literal["stop", "rollback"] = "stop"
     device: str = "cpu"
+    #: How `count` > 1 trainers keep one model: `allreduce` (averaged gradients, every step in
+    #: lockstep) or `hogwild` (one copy of the weights in shared memory, updated by every
+    #: trainer without locks or waiting: one host, CPU only; suits many small replay updates).
+    data_parallel: Literal["allreduce", "hogwild"] = "allreduce"
+
+    @pydantic.model_validator(mode="after")
+    def _hogwild_on_cpu(self) -> TrainersConfig:
+        if self.data_parallel == "hogwild" and self.device != "cpu":
+            raise ValueError(f"data_parallel=hogwild shares weights through host memory: device must be cpu, "
+                             f"not {self.device!r}")
+        return self
 
 
 class MessageCaps(Section):

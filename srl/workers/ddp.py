@@ -1,11 +1,24 @@
-"""Data-parallel trainers: several trainers, one model, kept identical with torch.distributed.
+"""Data-parallel trainers: several trainers, one model.
 
-Each trainer consumes its own share of the sample stream. They start from rank 0's
-parameters and buffers, average gradients after every backward pass (gloo on CPU, NCCL on
-GPU), and average the buffers (running statistics) after each update, so every step leaves
-all copies identical. The policy is reached only through `Policy.parameters()` and
-`Policy.buffers()`. Only rank 0 publishes parameters and writes checkpoints. Rendezvous
-goes through the run's name service: rank 0 registers where it listens.
+Each trainer consumes its own share of the sample stream. Two ways to keep one model
+(`trainers.data_parallel`):
+
+* ``allreduce``: every trainer holds a copy. They start from rank 0's parameters and
+  buffers, average gradients after every backward pass (through shared memory on one
+  host, gloo between hosts, NCCL on GPU), and average the buffers (running statistics)
+  after each update, so every step leaves all copies identical. Each step waits for the
+  slowest trainer.
+* ``hogwild``: one copy of the parameters and buffers lives in shared memory, and every
+  trainer applies its own optimiser steps to it without locks (Recht et al. 2011, "Hogwild!";
+  A3C trains this way). Nobody waits; a step may read weights another trainer is halfway
+  through writing, which sparse-in-time updates of small steps tolerate. One host, CPU only.
+  Each trainer keeps its own optimiser state and counters (a target network refreshed every
+  K of its own updates is refreshed every K x trainers updates of the shared weights, as
+  under allreduce, where one step consumes a batch per trainer).
+
+The policy is reached only through `Policy.parameters()` and `Policy.buffers()`. Only
+rank 0 publishes parameters and writes checkpoints. Rendezvous goes through the run's
+name service: rank 0 registers where it listens (or which segment holds the weights).
 """
 
 from __future__ import annotations
@@ -74,28 +87,76 @@ class ShmMean:
         self.segment.close()
 
 
+class SharedWeights:
+    """A policy's parameters and buffers moved into one shared-memory segment that every rank maps.
+
+    Rank 0 creates the segment from its own tensors (after any checkpoint was loaded) and
+    registers its name; the others attach. Each tensor then keeps its identity (optimisers
+    and hooks still hold it) but its storage is a view into the segment.
+    """
+
+    def __init__(self, names: NameService, key: str, name: str, rank: int, policy: Policy, timeout_s: float) -> None:
+        tensors = [*policy.parameters(), *policy.buffers()]
+        offsets, size = [], 0
+        for tensor in tensors:
+            offsets.append(size)
+            size += -(-tensor.numel() * tensor.element_size() // 64) * 64  # each tensor on its own cache lines
+        if rank == 0:
+            self.segment = Segment.create(name, max(size, 1))
+        else:
+            self.segment = Segment.attach(names.lookup(key, timeout_s))
+            if self.segment.size < size:
+                raise RuntimeError(f"shared weights segment {self.segment.name} holds {self.segment.size} bytes, "
+                                   f"the policy needs {size}: the trainers built different policies")
+        with torch.no_grad():
+            for tensor, offset in zip(tensors, offsets):
+                local = tensor.detach().cpu().numpy()
+                view = np.ndarray(local.shape, local.dtype, self.segment.buf, offset)
+                if rank == 0:
+                    view[...] = local
+                tensor.data = torch.from_numpy(view)
+        if rank == 0:
+            names.register(key, name)  # only once the weights are in place
+
+    def close(self) -> None:
+        self.segment.close()
+
+
 class DataParallel:
     def __init__(self, names: NameService, host: str, rank: int, world_size: int, device: str = "cpu",
-                 timeout_s: float = 120.0, generation: int = 0, shm_prefix: str | None = None) -> None:
-        self.rank, self.world_size = rank, world_size
+                 timeout_s: float = 120.0, generation: int = 0, shm_prefix: str | None = None,
+                 mode: str = "allreduce") -> None:
+        self.rank, self.world_size, self.mode = rank, world_size, mode
         key = f"{KEY}/{generation}"  # a restarted group never finds its predecessor's address
         self.names, self.key, self.timeout_s = names, key, timeout_s
-        if rank == 0:
-            names.register(key, f"{host}:{_free_port(host)}")
-        address = names.lookup(key, timeout_s)
+        self._mean: ShmMean | None = None
+        self._shared: SharedWeights | None = None
         # Gradients go through shared memory when every rank is on this host (and on the CPU):
         # gloo's all-reduce over loopback costs a small network's update several times over.
         names.register(f"{key}/host/{rank}", host)
         hosts = {names.lookup(f"{key}/host/{r}", timeout_s) for r in range(world_size)}
-        self.shm_name = (f"{shm_prefix}ddp-g{generation}" if shm_prefix and hosts == {host}
-                         and not device.startswith("cuda") else None)
-        self._mean: ShmMean | None = None
+        one_host_cpu = bool(shm_prefix) and hosts == {host} and not device.startswith("cuda")
+        self.shm_name = f"{shm_prefix}ddp-g{generation}" if one_host_cpu else None
+        if mode == "hogwild":
+            if not one_host_cpu:
+                raise ValueError("trainers.data_parallel=hogwild shares weights through shared memory: every trainer "
+                                 f"must run on one host, on the CPU (hosts {sorted(hosts)}, device {device})")
+            return
+        if rank == 0:
+            names.register(key, f"{host}:{_free_port(host)}")
+        address = names.lookup(key, timeout_s)
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://{address}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
 
     def attach(self, policy: Policy) -> None:
-        """Start from rank 0's parameters and buffers; average the gradients at the end of every backward pass."""
+        """Start from rank 0's parameters and buffers; then share them (hogwild), or average the gradients at
+        the end of every backward pass (allreduce)."""
+        if self.mode == "hogwild":
+            assert self.shm_name is not None
+            self._shared = SharedWeights(self.names, f"{self.key}/weights", self.shm_name, self.rank, policy,
+                                         self.timeout_s)
+            return
         self._params = [p for p in policy.parameters() if p.requires_grad]
         with torch.no_grad():
             for tensor in (*policy.parameters(), *policy.buffers()):
@@ -107,6 +168,11 @@ class DataParallel:
                                  self.timeout_s)
         for parameter in self._params:
             parameter.register_post_accumulate_grad_hook(self._on_grad)
+
+    @property
+    def shares_weights(self) -> bool:
+        """Whether the trainers update one copy of the weights (hogwild) that others may be writing now."""
+        return self._shared is not None
 
     def _on_grad(self, _parameter: torch.Tensor) -> None:
         # The first gradient of a backward pass queues one averaging for its end: one
@@ -134,14 +200,17 @@ class DataParallel:
     @torch.no_grad()
     def sync_buffers(self, policy: Policy) -> None:
         """Average the policy's floating-point buffers (e.g. observation statistics) across trainers."""
+        if self._shared is not None:  # one copy already
+            return
         for buffer in policy.buffers():
             if buffer.is_floating_point():
                 dist.all_reduce(buffer)
                 buffer /= self.world_size
 
     def close(self) -> None:
-        if self._mean is not None:
-            self._mean.close()
-            self._mean = None
+        for closable in (self._mean, self._shared):
+            if closable is not None:
+                closable.close()
+        self._mean = self._shared = None
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -61,7 +61,8 @@ class TrainerWorker(Worker):
         self.ddp = None
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
-                                    generation=self.spec.generation, shm_prefix=self.ctx.shm_prefix)
+                                    generation=self.spec.generation, shm_prefix=self.ctx.shm_prefix,
+                                    mode=s["trainers"]["data_parallel"])
             self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
@@ -149,7 +150,12 @@ class TrainerWorker(Worker):
 
     def _weights_finite(self) -> bool:
         """Whether every weight is finite (one small reduction per tensor, once per training step)."""
-        return all(bool(p.isfinite().all()) for p in self.policy.parameters())
+        params = self.policy.parameters()
+        if self.ddp is not None and self.ddp.shares_weights:
+            # Other trainers write these weights as we read them, and `isfinite` reads each
+            # element twice (x == x): two different values would pass for a NaN. A copy holds still.
+            params = [p.detach().clone() for p in params]
+        return all(bool(p.isfinite().all()) for p in params)
 
     def _diverged(self) -> None:
         """Non-finite weights after a step: stop the run, or go back to the last checkpoint."""

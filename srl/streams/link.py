@@ -6,7 +6,7 @@ the reply to a slot goes back to the client that sent it.
 
 Two transports, one code path:
 
-* ``zmq``: arrays travel inside the message as raw frames over TCP, tagged with the
+* ``zmq``: arrays travel inside the message as raw frames over TCP, sealed with the
   run's secret (see `srl.data.wire`).
 * ``shm``: arrays are laid out in a shared-memory segment owned by the sender; only a
   small descriptor crosses a Unix socket in a directory private to the run's user.
@@ -253,8 +253,9 @@ class _Endpoint:
             self._reject(exc.reason, str(exc))
             return None
 
-    def _receive(self, timeout_ms: int) -> Received | None:
-        """The next valid message, or None on timeout or after `MAX_PER_RECV` rejected ones."""
+    def recv(self, timeout_ms: int = 0) -> Received | None:
+        """The next valid message, or None on timeout, or after `MAX_PER_RECV` invalid ones in a
+        row (each dropped and counted)."""
         for _ in range(MAX_PER_RECV):
             if not (timeout_ms < 0 or self._poll(timeout_ms)):
                 return None
@@ -267,6 +268,7 @@ class _Endpoint:
         return None
 
     def _take(self, frames: list[Any]) -> Received | None:
+        """One received message, decoded (None: rejected)."""
         return self._decode(frames)
 
     def _poll(self, timeout_ms: int) -> bool:
@@ -293,11 +295,6 @@ class LinkServer(_Endpoint):
         self._writers: dict[bytes, ShmWriter] = {}
         self._token = secrets.token_hex(2)  # a restarted server's segments never collide with its predecessor's
         ctx.names.register(key, self.address)
-
-    def recv(self, timeout_ms: int = 0) -> Received | None:
-        """The next valid message, or None on timeout (or after a run of invalid ones, which
-        are dropped and counted)."""
-        return self._receive(timeout_ms)
 
     def _take(self, frames: list[Any]) -> Received | None:
         if len(frames) <= 1:
@@ -351,10 +348,6 @@ class LinkClient(_Endpoint):
 
     def send(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
         self.socket.send_multipart(self._encode(slot, meta, arrays, self.writer), copy=True)
-
-    def recv(self, timeout_ms: int = 0) -> Received | None:
-        """The server's next valid reply, or None on timeout (invalid ones are dropped and counted)."""
-        return self._receive(timeout_ms)
 
     def close(self) -> None:
         if self.writer is not None:

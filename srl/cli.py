@@ -62,6 +62,9 @@ def _train(args: argparse.Namespace) -> int:
     except RunInUse as exc:  # refused before anything in the directory was written
         print(f"srl: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:  # a full disk, a read-only file system: no run can start there
+        print(f"srl: cannot write the run directory {run_dir}: {exc}", file=sys.stderr)
+        return 1
     if args.resume:
         for line in _changes(previous_config, config):
             print(f"srl: resuming with {line}", file=sys.stderr)

@@ -6,6 +6,8 @@ hung workers), `RunMetrics` and `StopRules` (totals, the return window, when to 
 `status` (the live line and status.json). The controller wires them together and owns
 the run's lifecycle: on stop (or Ctrl-C, or a failed worker) it tells every worker to
 stop, waits, kills stragglers by PID, and removes every shared-memory segment of the run.
+A write to the run directory that fails (a full disk, a read-only or vanished directory)
+stops the run with its reason; the summary is still written if anything can be.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,8 @@ class Controller:
         self.supervisor = Supervisor(self.launcher, self.context, config.supervision, self._log_tail,
                                      on_replaced=self.metrics.retire)
         self.stop_reason = ""
+        #: Why a write to the run directory failed ("": none did); the run stops with it.
+        self.write_error = ""
         self._interrupted = False
         self._progress = Progress(config.log.progress)
 
@@ -186,8 +191,10 @@ class Controller:
         now = time.monotonic()
         lines = meta.get("log")
         if lines and isinstance(lines, list):  # from workers whose run directory is here, not on their node
-            with open(self.run_dir.path / "logs" / f"{worker.spec.name}.log", "a") as f:
-                f.write("".join(f"{line}\n" for line in lines if isinstance(line, str)))
+            def append() -> None:
+                with open(self.run_dir.path / "logs" / f"{worker.spec.name}.log", "a") as f:
+                    f.write("".join(f"{line}\n" for line in lines if isinstance(line, str)))
+            self._write(f"logs/{worker.spec.name}.log", append)
         if event in ("heartbeat", "exit"):
             self.metrics.take(worker, meta.get("stats") or {})
             if event == "heartbeat":
@@ -210,15 +217,26 @@ class Controller:
         steps = self.env_steps
         fps = (steps - last[1]) / max(now - last[0], 1e-9)
         record = self.metrics.record(list(self.workers.values()), now - self.started, fps)
-        self.run_dir.log_metrics(record)
+        self._write("metrics.jsonl", lambda: self.run_dir.log_metrics(record))
         self._progress.show(record)
         self._write_status("running" if not self.stop_reason else "stopping", now)
         return now, steps
 
     def _write_status(self, state: str, now: float) -> None:
-        self.run_dir.write_status(status_document(self.run_id, state, self.launcher.name, self.private_dir,
-                                                  self.env_steps, self.graph.describe(), list(self.workers.values()),
-                                                  now))
+        document = status_document(self.run_id, state, self.launcher.name, self.private_dir, self.env_steps,
+                                   self.graph.describe(), list(self.workers.values()), now)
+        self._write("status.json", lambda: self.run_dir.write_status(document))
+
+    def _write(self, what: str, write: Callable[[], None]) -> None:
+        """One write to the run directory; if it fails the run stops (once) with the reason."""
+        try:
+            write()
+        except OSError as exc:
+            if not self.write_error:
+                self.write_error = f"cannot write {what} in the run directory ({exc.strerror or exc})"
+                print(f"srl: {self.write_error}", file=sys.stderr)
+            if not self.stop_reason:
+                self._stop(self.write_error)
 
     def _shutdown(self, ctx: StreamContext) -> None:
         self.stop_reason = self.stop_reason or "stopped"
@@ -263,9 +281,11 @@ class Controller:
                         "policy_version": policy_version(workers),
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns)}
-        failed = [w for w in workers if w.error]
-        if failed:
-            self.summary["errors"] = {w.spec.name: w.error[-2000:] for w in failed}
-        self.run_dir.write_summary(self.summary)
+        errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
+        if self.write_error:
+            errors["run_dir"] = self.write_error
+        if errors:
+            self.summary["errors"] = errors
+        self._write("summary.json", lambda: self.run_dir.write_summary(self.summary))
         self.run_dir.close()
         self.lock.release()

@@ -3,11 +3,14 @@ and their mirror in a W&B run when `log.wandb` is set (`srl.launch.tracking`).""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from srl.workers.checkpoint import atomic_write
 
 if TYPE_CHECKING:
     from srl.launch.tracking import WandbTracker
@@ -51,9 +54,8 @@ class RunLock:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    # Rewritten every second: not worth an fsync each time.
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=1).encode()), fsync=False)
 
 
 class RunDir:
@@ -104,7 +106,8 @@ class RunDir:
             self._tracker.log_summary(summary)
 
     def close(self) -> None:
-        self._metrics.close()
+        with contextlib.suppress(OSError):  # a full disk refused the last line too: nothing more to lose
+            self._metrics.close()
         if self._tb is not None:
             self._tb.close()
         if self._tracker is not None:

@@ -14,7 +14,6 @@ without a ratio, the env steps that arrived since the previous batch.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.replay.buffer import ReplayBuffer
 from srl.streams.samples import SampleConsumer, SampleProducer
-from srl.workers.base import Worker
+from srl.workers import checkpoint
+from srl.workers.base import FatalError, Worker
 from srl.workers.components import make_env
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,11 @@ class BufferWorker(Worker):
 
     def save_contents(self) -> None:
         """Write the contents next to the checkpoints, atomically (plain arrays, no pickle)."""
-        self.contents.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.contents.with_name(f".{self.contents.stem}.tmp.npz")
-        np.savez(tmp, **self.buffer.state_dict())
-        os.replace(tmp, self.contents)
+        try:
+            self.contents.parent.mkdir(parents=True, exist_ok=True)
+            checkpoint.atomic_write(self.contents, lambda f: np.savez(f, **self.buffer.state_dict()))
+        except OSError as exc:  # a full disk or a read-only run directory: a restart cannot mend it
+            raise FatalError(f"cannot save the replay contents: {exc}") from exc
         self.last_save = time.monotonic()
 
     def stats(self) -> dict[str, Any]:

@@ -13,13 +13,15 @@ code that would run on load) is refused with `CheckpointError`, and nothing in i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +30,30 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be loaded safely: one line naming the file and why."""
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], fsync: bool = True) -> None:
+    """`write(file)` into a temp file, then rename it to `path`: readers see the old file or the new.
+
+    A failed write (a full disk, a read-only directory) removes the temp file and raises an
+    `OSError` naming the cause. `fsync`: on disk before the rename (a crash leaves no empty file).
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk: no partial temp file left to fill it further
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        # torch reports a failed write as a RuntimeError of its own: name the OSError beneath.
+        cause = exc
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None and cause is not exc:
+            raise OSError(cause.errno, cause.strerror) from exc
+        raise
 
 
 def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
@@ -43,9 +62,9 @@ def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"ckpt-{version:09d}.pt"
-    _atomic_write(path, lambda f: torch.save(_as_tensors(state), f))
+    atomic_write(path, lambda f: torch.save(_as_tensors(state), f))
     sidecar = {"version": version, **info, "sha256": _sha256(path)}
-    _atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(sidecar).encode()))
+    atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(sidecar).encode()))
     for old in sorted(directory.glob("ckpt-*.pt"))[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)

@@ -182,8 +182,11 @@ class TrainerWorker(Worker):
             return
         env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)
         state = {"policy": self.policy.state_dict(), "algorithm": self.algorithm.state_dict()}
-        checkpoint.save(self.checkpoint_dir, self.policy.version, state,
-                        {"env_steps": env_steps, "trained_steps": self.trained_steps}, self.keep)
+        try:
+            checkpoint.save(self.checkpoint_dir, self.policy.version, state,
+                            {"env_steps": env_steps, "trained_steps": self.trained_steps}, self.keep)
+        except OSError as exc:  # a full disk or a read-only run directory: a restart cannot mend it
+            raise FatalError(f"cannot write a checkpoint: {exc}") from exc
         self.last_checkpoint = time.monotonic()
 
     def stats(self) -> dict[str, Any]:

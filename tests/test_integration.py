@@ -128,10 +128,11 @@ def test_multi_agent_env_through_remote_inference_and_status(run_srl, tmp_path):
     for w in workers:
         assert {"name", "kind", "pid", "host", "state", "fps", "restarts"} <= w.keys()
         assert w["state"] == "stopped" and w["restarts"] == 0
+        assert w["rejected"] == {}, w  # sealed traffic between honest workers: no false replay or misdirection
     servers = [w for w in workers if w["kind"] in ("policy", "trainer")]
     assert all(e.startswith("tcp://127.0.0.1:") for w in servers for e in w["endpoints"])
     table = run_srl("status", str(run_dir))
-    assert table.returncode == 0 and "policy.0" in table.stdout
+    assert table.returncode == 0 and "policy.0" in table.stdout and "rejected" in table.stdout
 
 
 def test_two_data_parallel_trainers_stay_identical(run_srl, tmp_path):

@@ -119,6 +119,40 @@ def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
         kill_run(process, run_dir)  # after the assertions: it sweeps too
 
 
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for its reaper has ended)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_of_a_sigkilled_controller_exit_and_leave_no_shared_memory(tmp_path):
+    from srl.workers.base import WorkerSpec
+
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
+                    "stop.episode_return=null", "stop.time_s=120", "log.tensorboard=false", "log.progress=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        status = _wait_for(lambda: (s := _status(run_dir)).get("workers")
+                           and all(w["state"] == "running" for w in s["workers"]) and s, 60, "every worker running",
+                           process)
+        run_id, pids = status["run_id"], [w["pid"] for w in status["workers"]]
+        assert [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]  # the run's streams
+        os.kill(status["controller_pid"], signal.SIGKILL)  # no goodbye, no sweep
+        process.wait(timeout=10)
+        deadline = time.monotonic() + WorkerSpec.orphan_timeout_s
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)], "workers outlived their controller's orphan timeout"
+        # Each worker removed the segments it made on its way out: nothing waits for a sweep.
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+    finally:
+        kill_run(process, run_dir)
+
+
 def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counters(tmp_path):
     """Garbage, oversized messages, a captured valid message replayed, and a flood, at every
     TCP endpoint `srl status --json` lists: the run keeps learning and counts each by reason."""

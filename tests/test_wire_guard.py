@@ -13,7 +13,7 @@ import zmq
 
 from srl.data import wire
 from srl.data.named_array import NamedArray
-from srl.streams.link import MAX_PER_RECV, LinkClient, LinkServer, StreamContext, binding
+from srl.streams.link import MAX_BYTES_PER_RECV, MAX_PER_RECV, LinkClient, LinkServer, StreamContext, binding
 from srl.streams.names import DirectoryNameService
 
 CAP = 1 << 20  # every stream kind's cap in these tests: 1 MiB
@@ -245,4 +245,25 @@ def test_a_flood_of_bad_messages_neither_starves_the_heartbeat_nor_the_valid_cli
     gaps = np.diff([t for t, _ in beats])
     assert len(beats) >= 15 and gaps.max() < 0.5, (len(beats), gaps.max())  # one every 0.05 s asked
     assert len(worker.served) >= len(beats) // 2  # the valid client's requests got through
-    assert worker.server.dropped <= MAX_PER_RECV * 10**6  # (counted, never raised)
+
+
+def test_one_receive_stops_after_its_share_of_invalid_messages_or_bytes(ctx, opened):
+    server = LinkServer(ctx, "inference/0", "zmq", kind="inference")
+    opened(server)
+    raw = dealer(ctx, server.address, opened)
+    for _ in range(MAX_PER_RECV + 10):  # small: the count stops a receive
+        raw.send_multipart([b"x"])
+    time.sleep(0.3)  # all queued before the first receive
+    assert server.recv(1000) is None
+    assert server.dropped == MAX_PER_RECV and server.rejected["deferred"] == 1
+    drain(server, lambda: server.dropped == MAX_PER_RECV + 10)
+    # under the cap, so each is hashed before it is refused: the bytes stop a receive
+    forged = [b"SRL1{}", b"y" * (CAP - 1024), b"t" * wire.TAG_BYTES]
+    for _ in range(MAX_PER_RECV):
+        raw.send_multipart(forged)
+    time.sleep(1.0)
+    before, deferred = server.dropped, server.rejected["deferred"]
+    assert server.recv(1000) is None
+    assert 0 < server.dropped - before <= -(-MAX_BYTES_PER_RECV // sum(map(len, forged))) < MAX_PER_RECV
+    assert server.rejected["deferred"] == deferred + 1
+    drain(server, lambda: server.dropped == before + MAX_PER_RECV)

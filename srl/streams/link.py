@@ -40,9 +40,12 @@ from srl.streams.shm import PREFIX, Segment
 Transport = Literal["shm", "zmq"]
 _SHM_KEY = "_shm"
 _SLOT_KEY = "_slot"
-#: Messages one `recv` call looks at, at most: past that it returns, with the rest left waiting
-#: (counted as `deferred`), and the caller's loop gets to its heartbeat and other work.
+#: Invalid messages, and their bytes, one `recv` call looks at, at most: past either it returns
+#: with the rest left waiting (counted as `deferred`), and the caller's loop gets to its
+#: heartbeat and other work. The bytes bound the hashing: a flood of large forged messages
+#: costs each call ~10-30 ms of HMAC at most, not 64 messages' worth.
 MAX_PER_RECV = 64
+MAX_BYTES_PER_RECV = 32 << 20
 DEFERRED = "deferred"
 
 
@@ -255,13 +258,18 @@ class _Endpoint:
 
     def recv(self, timeout_ms: int = 0) -> Received | None:
         """The next valid message, or None on timeout, or after `MAX_PER_RECV` invalid ones in a
-        row (each dropped and counted)."""
+        row or `MAX_BYTES_PER_RECV` of them (each dropped and counted)."""
+        rejected_bytes = 0
         for _ in range(MAX_PER_RECV):
             if not (timeout_ms < 0 or self._poll(timeout_ms)):
                 return None
-            received = self._take(self.socket.recv_multipart(copy=False))
+            frames = self.socket.recv_multipart(copy=False)
+            received = self._take(frames)
             if received is not None:
                 return received
+            rejected_bytes += sum(map(len, frames))
+            if rejected_bytes >= MAX_BYTES_PER_RECV:
+                break
             timeout_ms = 0  # dropped one; look for another already waiting
         if self._poll(0):
             self._reject(DEFERRED, self.last_error)

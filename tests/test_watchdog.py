@@ -91,6 +91,15 @@ def test_the_window_is_per_group_and_starts_at_the_first_heartbeat():
         assert launcher.signals == ([("trainer.0", HUNG_SIGNAL)] if t > 130 else [])
 
 
+def test_progress_is_judged_from_heartbeats_not_from_a_gap_in_them():
+    # The controller read nothing for a while (it was starved of CPU), or a worker was silent:
+    # no heartbeat said the worker stood still, and silence is the heartbeat timeout's business.
+    supervisor, launcher = _watched(window=5)
+    _beat(supervisor, 0, trainer_0=(0, ""), policy_0=(0, ""), actor_0=(0, ""), actor_1=(0, ""))
+    _beat(supervisor, 1, trainer_0=(2048, ""), policy_0=(500, ""), actor_0=(1000, ""), actor_1=(1000, ""))
+    assert supervisor.check(30) is None and launcher.signals == []
+
+
 def test_when_every_worker_waits_and_none_moves_the_run_stops_with_who_waits_on_what():
     supervisor, _ = _watched(window=5)
     _beat(supervisor, 0, trainer_0=(0, ""), policy_0=(0, ""), actor_0=(0, ""), actor_1=(0, ""))

@@ -144,9 +144,11 @@ class Supervisor:
         """Why a running worker counts as hung ("" if it does not)."""
         if now - worker.last_heartbeat > self.budget.heartbeat_timeout_s:
             return f"sent no heartbeat for {now - worker.last_heartbeat:.0f} s"
-        window = self._window(worker)
-        if window is not None and now - worker.moved_at > window:
-            return (f"made no progress for {now - worker.moved_at:.0f} s ({worker.progress_stat} stayed at "
+        # Judged from what its heartbeats said, up to the last one: a worker silent meanwhile (or a
+        # controller that read nothing for a while) is the heartbeat timeout's business.
+        window, still = self._window(worker), worker.last_heartbeat - worker.moved_at
+        if window is not None and still > window:
+            return (f"made no progress for {still:.0f} s ({worker.progress_stat} stayed at "
                     f"{worker.progress}) while waiting on no other worker")
         return ""
 
@@ -161,11 +163,11 @@ class Supervisor:
         watched = [w for w in self.workers.values() if self._window(w) is not None]
         if not watched or not all(w.state == "running" and w.waiting for w in watched):
             return None
-        window = max(self._window(w) for w in watched)
-        if now - self.run_moved_at <= window:
+        window, still = max(self._window(w) for w in watched), max(w.last_heartbeat for w in watched) - self.run_moved_at
+        if still <= window:
             return None
         waits = ", ".join(f"{w.spec.name} on {w.waiting}" for w in watched)
-        return f"no worker made progress for {now - self.run_moved_at:.0f} s, each waiting on another ({waits})", ""
+        return f"no worker made progress for {still:.0f} s, each waiting on another ({waits})", ""
 
     def _restart(self, worker: WorkerState, why: str, now: float) -> tuple[str, str] | None:
         """Replace a dead or hung worker (with its group, if its kind says so), within budget."""

@@ -14,6 +14,11 @@ def worker_row(worker: WorkerState, now: float) -> dict[str, Any]:
     return {"name": worker.spec.name, "kind": worker.spec.kind, "group": worker.spec.group, "pid": worker.pid,
             "host": worker.host, "state": worker.state, "fps": round(float(stats.get("fps", 0.0)), 1),
             "restarts": worker.restarts,
+            #: The port it waits on ("": working), as its last heartbeat said.
+            "waiting_on": worker.waiting,
+            #: Seconds its progress stat had stood still (while not waiting) at its last heartbeat.
+            "progress_still_s": (round(worker.last_heartbeat - worker.moved_at, 2)
+                                 if worker.progress_stat and worker.last_heartbeat else None),
             "heartbeat_age_s": round(now - worker.last_heartbeat, 2) if worker.last_heartbeat else None,
             "endpoints": worker.endpoints, "dropped": stats.get("dropped", 0),
             #: Messages its links turned away, by reason (oversized, bad_tag, garbage, wrong_stream,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from srl.api.graph import Port, Supervision
+from srl.streams import shm
 from srl.streams.link import LinkClient, StreamContext, Transport
 from srl.streams.names import DirectoryNameService, NameService
 
@@ -171,6 +172,8 @@ class Worker(ABC):
         self._unanswered_since: float | None = None
         #: What the controller last told us beyond "keep going" (e.g. the run's env-step count).
         self.controller_info: dict[str, Any] = {}
+        #: When this worker found its controller gone (None: it has not).
+        self._orphaned_at: float | None = None
         #: The port this worker waits on (no input, no credit), "" while it works: a worker that
         #: makes no progress is hung only if it waits on nothing (see `progress`).
         self.waiting_on = ""
@@ -222,8 +225,9 @@ class Worker(ABC):
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats(),
                                    "waiting": self.waiting_on})
         silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
-        if silent > self.spec.orphan_timeout_s or not self._controller_alive():
+        if self._orphaned_at is None and (silent > self.spec.orphan_timeout_s or not self._controller_alive()):
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
+            self._orphaned_at = now
             self._stopping = True
         return not self._stopping
 
@@ -268,6 +272,13 @@ class Worker(ABC):
             with self._control_lock:
                 if self._busy.is_set():
                     self.heartbeat(force=True)
+            if self._orphaned_at is not None and time.monotonic() - self._orphaned_at > self.spec.orphan_timeout_s:
+                # Still inside one computation long after the controller went: no one else will
+                # end this process. Its run is over, so its shared memory goes with it.
+                log.error("still busy %.0f s after the controller went; exiting without teardown",
+                          time.monotonic() - self._orphaned_at)
+                shm.sweep(self.ctx.shm_prefix)
+                os._exit(1)
 
     def _controller_alive(self) -> bool:
         if self.spec.controller_pid is None:

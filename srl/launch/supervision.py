@@ -134,7 +134,7 @@ class Supervisor:
                 reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s", ""
             if reason:
                 return reason
-        return self._run_stalled(now)
+        return self._run_stalled()
 
     def _window(self, worker: WorkerState) -> float | None:
         """Its progress window (None: its progress is not watched)."""
@@ -158,13 +158,13 @@ class Supervisor:
         worker.state, worker.hung, worker.hung_at, worker.hung_log = "hung", why, now, ""
         self.launcher.signal(worker.spec.name, HUNG_SIGNAL)
 
-    def _run_stalled(self, now: float) -> tuple[str, str] | None:
+    def _run_stalled(self) -> tuple[str, str] | None:
         """Every watched worker waits on another and none has moved on for a window: nobody to blame."""
         watched = [w for w in self.workers.values() if self._window(w) is not None]
         if not watched or not all(w.state == "running" and w.waiting for w in watched):
             return None
-        window, still = max(self._window(w) for w in watched), max(w.last_heartbeat for w in watched) - self.run_moved_at
-        if still <= window:
+        still = max(w.last_heartbeat for w in watched) - self.run_moved_at
+        if still <= max(self._window(w) for w in watched):
             return None
         waits = ", ".join(f"{w.spec.name} on {w.waiting}" for w in watched)
         return f"no worker made progress for {still:.0f} s, each waiting on another ({waits})", ""

@@ -136,6 +136,15 @@ def test_last_words_name_the_main_threads_innermost_frame_and_the_last_real_log_
     assert last_words("") == "" and last_words("just a line") == "its last log lines: just a line"
 
 
+def test_a_progress_window_for_a_group_the_graph_lacks_is_a_config_error():
+    from srl.api.config import ConfigError
+    from srl.api.graph import resolve
+
+    with pytest.raises(ConfigError, match=r"progress_timeout_by_group: no group 'trainers' .*trainer"):
+        resolve(_config(supervision={"progress_timeout_by_group": {"trainers": 600}}))
+    assert resolve(_config(supervision={"progress_timeout_by_group": {"trainer": 600}}))
+
+
 # ---------------------------------------------------------------------------- real runs
 def _train(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
     run_dir = tmp_path / "run"

@@ -236,6 +236,10 @@ def resolve(config: ExperimentConfig) -> ResolvedGraph:
         graph = apply_overrides(default, config.workers)
     except (GraphError, pydantic.ValidationError) as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
+    for name in config.supervision.progress_timeout_by_group:
+        if name not in graph.groups:
+            raise ConfigError(f"supervision.progress_timeout_by_group: no group {name!r} in the graph "
+                              f"(its groups: {', '.join(graph.groups)})")
     kinds: dict[str, Any] = {}
     for name, group in graph.groups.items():
         try:

@@ -74,7 +74,7 @@ def test_a_full_disk_under_the_controllers_files_stops_the_run_with_the_reason(t
     assert summary["stop_reason"] == reason and summary["errors"]["run_dir"] == reason
     assert f"srl: {reason}" in result.stderr and "Traceback" not in result.stderr
     assert not status_temp.is_symlink()  # its failed write removed it; the next one went through
-    assert summary["wall_time_s"] < 20
+    assert summary["wall_time_s"] < 30
 
 
 @pytest.mark.integration

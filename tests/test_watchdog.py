@@ -169,7 +169,7 @@ def test_a_trainer_stuck_in_its_algorithm_is_restarted_then_stops_the_run_with_a
     reason = summary["stop_reason"]
     assert reason.startswith("worker trainer.0 made no progress for 3 s") and "restart budget" in reason, reason
     assert "hanging.py" in reason and "in step" in reason  # where it was stuck, from its stacks
-    assert summary["wall_time_s"] < 40
+    assert summary["wall_time_s"] < 60  # detected within its window, not by the test's timeout
     assert workers["trainer.0"]["restarts"] == 1  # recovered once, then stuck again
     assert all(w["restarts"] == 0 for name, w in workers.items() if name != "trainer.0")  # waiting is no fault
 
@@ -183,5 +183,5 @@ def test_a_run_stopped_only_by_env_steps_whose_actors_hang_ends_with_a_reason(tm
     reason = summary["stop_reason"]
     assert reason.startswith("worker actor.") and "sent no heartbeat" in reason, reason
     assert "fake.py" in reason and "in step" in reason
-    assert summary["wall_time_s"] < 30
+    assert summary["wall_time_s"] < 45
     assert workers["trainer.0"]["restarts"] == 0

@@ -69,7 +69,7 @@ def cluster():
                 process.send_signal(signal.SIGTERM)
             except psutil.Error:
                 pass
-        gone, alive = psutil.wait_procs(processes, timeout=10)
+        _, alive = psutil.wait_procs(processes, timeout=10)
         for process in alive:
             process.kill()
         psutil.wait_procs(alive, timeout=5)
@@ -117,3 +117,60 @@ def test_inline_actors_on_the_second_node_read_parameters_through_one_relay(clus
     assert workers["relay.0"]["streams"] == {"source": "zmq", "sink": "shm"}
     assert workers["actor.0"]["streams"]["parameters"] == "shm"
     assert json.loads((run_dir / "summary.json").read_text())["episode_return_mean"] >= 150
+
+
+def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(cluster, tmp_path):
+    """A node fault as a worker sees it: its process on the second node dies without a word.
+    Ray reports the actor dead, the controller places a new one on that node, and the run
+    goes on training with the replacement's samples."""
+    import time
+
+    from conftest import kill_run, srl_command
+
+    address, temp_dir = cluster
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                    "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
+                    "policy_workers.placement.resources={node1: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                    "stop.episode_return=null", "stop.time_s=30", "log.tensorboard=false", "log.progress=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def workers() -> dict[str, dict]:
+        try:
+            return {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(predicate, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            if value := predicate():
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"{what}: not within {timeout} s (run ended: {process.poll() is not None})")
+
+    try:
+        victim = wait_for(lambda: (w := workers().get("actor.0")) and w["state"] == "running"
+                          and w["stats"].get("env_steps") and w, 60, "actor.0 stepping")
+        assert victim["host"] == SECOND
+        # Only a process of this test's cluster: the PID is checked against it before the kill.
+        assert victim["pid"] in {p.pid for p in _cluster_processes(temp_dir)}
+        os.kill(victim["pid"], signal.SIGKILL)
+        replaced = wait_for(lambda: (w := workers()) and w["actor.0"]["restarts"] == 1
+                            and w["actor.0"]["state"] == "running" and w["actor.0"]["pid"] != victim["pid"] and w,
+                            30, "actor.0 replaced")
+        assert replaced["actor.0"]["host"] == SECOND and replaced["actor.0"]["restart_latency_s"] is not None
+        version = replaced["trainer.0"]["policy_version"] or 0
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"].startswith("time_s"), summary
+        final = workers()
+        assert final["actor.0"]["stats"]["env_steps"] > 0  # the replacement sampled ...
+        assert final["trainer.0"]["policy_version"] > version + 2, (version, final["trainer.0"])  # ... and training went on
+        assert final["actor.0"]["restarts"] == 1 and sum(w["restarts"] for w in final.values()) == 1
+        run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+    finally:
+        kill_run(process, run_dir)

@@ -177,6 +177,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not (run_dir / "config.yaml").is_file():
         print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
         return EXIT_CONFIG
+    source = args.checkpoint if args.checkpoint in SOURCES else str(Path(args.checkpoint).resolve())
     video = None
     if args.video:
         from srl.envs.render import Video
@@ -190,7 +191,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     workdir.mkdir(exist_ok=True)
     os.chdir(workdir)
     try:
-        result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic, video=video)
+        result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic, video=video,
+                          default_source=source)
     except ValueError as exc:
         print(f"srl: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -346,10 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.set_defaults(fn=_bench)
     play = sub.add_parser("evaluate", help="play episodes with a run's checkpoint, no training")
     play.add_argument("run_dir")
+    play.add_argument("checkpoint", nargs="?", default="latest", metavar="SOURCE",
+                      help="what every agent not named by --agents acts with: latest (default), best (the best "
+                           "evaluation score, with evaluation.count=1), initial, random or a ckpt-*.pt path")
     play.add_argument("--episodes", type=int, default=100)
     play.add_argument("--envs", type=int, default=8, help="envs stepped together")
     play.add_argument("--agents", nargs="*", default=[], metavar="PREFIX=SOURCE",
-                      help="agents whose id starts with PREFIX act with SOURCE: latest (default), initial, "
+                      help="agents whose id starts with PREFIX act with SOURCE: latest (default), best, initial, "
                            "random or a ckpt-*.pt path")
     play.add_argument("--deterministic", action="store_true", help="take the most likely action")
     play.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -363,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("-o", "--output", required=True, help="the file to write")
     export.add_argument("--format", choices=("torchscript", "onnx"),
                         help="default: from the file's suffix (.onnx; .pt or .ts for TorchScript)")
-    export.add_argument("--checkpoint", metavar="PATH", help="a ckpt-*.pt file (default: the run's latest valid one)")
+    export.add_argument("--checkpoint", metavar="PATH",
+                        help="a ckpt-*.pt file, or best (default: the run's latest valid one)")
     export.set_defaults(fn=_export)
     configs = sub.add_parser("configs", help="the bundled configs: env, algorithm, extra needed, reference result")
     configs.add_argument("--json", action="store_true", help="print JSON for scripts")

@@ -64,7 +64,7 @@ def format_for(path: str | Path) -> str:
 
 
 def export(run_dir: str | Path, out: str | Path, format: str | None = None, checkpoint: str = "latest") -> Exported:
-    """Write the policy of `run_dir` at `checkpoint` (`latest`, or a `ckpt-*.pt` path) to `out`."""
+    """Write the policy of `run_dir` at `checkpoint` (`latest`, `best`, or a `ckpt-*.pt` path) to `out`."""
     format = format or format_for(out)
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r} (formats: {', '.join(FORMATS)})")

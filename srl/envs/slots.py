@@ -120,6 +120,8 @@ class EnvSlot(Slot):
     def reset_all(self, obs: NamedArray, alive: np.ndarray) -> None:
         for j, env in enumerate(self.envs):
             self._write_obs(obs, j, env.reset(seed=self.seeds[j]), check_dtypes=True)
+        self.returns[:] = 0.0  # a slot played again (evaluations) starts its episodes from zero
+        self.lengths[:] = 0
         self.alive[:] = True
         alive[:] = True
 

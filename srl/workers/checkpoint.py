@@ -3,7 +3,8 @@
 Each checkpoint is `ckpt-<version>.pt` (torch) beside `ckpt-<version>.json` with the
 counters a launcher needs without loading torch (version, env steps) and the SHA-256 of
 the `.pt` file. `latest()` skips a checkpoint whose file is truncated or corrupt (or whose
-sidecar is missing) and falls back to the previous one.
+sidecar is missing) and falls back to the previous one. A *tagged* checkpoint (`best.pt`,
+written by an evaluation worker) has the same format and lies outside that rotation.
 
 A checkpoint holds tensors, numbers, strings and containers of them, nothing else: arrays
 are saved as tensors and files are read with `torch.load(weights_only=True)`, whose
@@ -57,17 +58,35 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], fsync: bool = 
 
 
 def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
-    import torch  # lazily: launchers read checkpoint info without loading torch
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"ckpt-{version:09d}.pt"
-    atomic_write(path, lambda f: torch.save(_as_tensors(state), f))
-    sidecar = {"version": version, **info, "sha256": _sha256(path)}
-    atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(sidecar).encode()))
+    path = _write(directory / f"ckpt-{version:09d}.pt", version, state, info)
     for old in sorted(directory.glob("ckpt-*.pt"))[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)
+    return path
+
+
+def save_tagged(directory: str | Path, tag: str, version: int, state: dict[str, Any], info: dict[str, Any]) -> Path:
+    """`<tag>.pt` (and its sidecar), written like `save` but outside the rotation: `keep`
+    never removes it and `latest` never picks it (the `best` an evaluation worker keeps)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _write(directory / f"{tag}.pt", version, state, info)
+
+
+def tagged(directory: str | Path, tag: str) -> Path | None:
+    """`<tag>.pt` in `directory` if it is there and its checksum holds."""
+    path = Path(directory) / f"{tag}.pt"
+    return path if path.is_file() and is_valid(path) else None
+
+
+def _write(path: Path, version: int, state: dict[str, Any], info: dict[str, Any]) -> Path:
+    import torch  # lazily: launchers read checkpoint info without loading torch
+
+    atomic_write(path, lambda f: torch.save(_as_tensors(state), f))
+    sidecar = {"version": version, **info, "sha256": _sha256(path)}
+    atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(sidecar).encode()))
     return path
 
 

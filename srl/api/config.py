@@ -179,6 +179,8 @@ class StopConfig(Section):
     time_s: float | None = Field(None, gt=0)
     #: Stop when the mean return of the last 100 episodes reaches this.
     episode_return: float | None = None
+    #: Stop when an evaluation's mean return reaches this (needs `evaluation.count: 1`).
+    eval_return: float | None = None
 
 
 class WandbConfig(Section):
@@ -202,6 +204,30 @@ class LogConfig(Section):
 class CheckpointConfig(Section):
     every_s: float = Field(30.0, gt=0)
     keep: PositiveInt = 3
+
+
+class EvaluationConfig(Section):
+    """An evaluation worker: plays the newest policy version now and then, trains on nothing,
+    reports `eval_*` metrics and keeps the best-scoring weights as `checkpoints/best.pt`."""
+
+    #: 0: no evaluation. 1: one worker (the one writer of the `best` checkpoint).
+    count: int = Field(0, ge=0, le=1)
+    placement: Placement = Placement()
+    #: Evaluate a newer version when this many seconds have passed since the last evaluation ...
+    every_s: float | None = Field(30.0, gt=0)
+    #: ... or when the policy is this many versions past the last one evaluated (null: by time only).
+    every_versions: PositiveInt | None = None
+    #: Episodes per evaluation, shared out among `envs` envs stepped together.
+    episodes: PositiveInt = 10
+    envs: PositiveInt = 10
+    #: The most likely action (argmax, or a Gaussian's mean); false: sample as the actors do.
+    deterministic: bool = True
+
+    @pydantic.model_validator(mode="after")
+    def _has_a_schedule(self) -> EvaluationConfig:
+        if self.every_s is None and self.every_versions is None:
+            raise ValueError("evaluation: set every_s or every_versions (or both)")
+        return self
 
 
 class RayConfig(Section):
@@ -255,6 +281,7 @@ class ExperimentConfig(Section):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     supervision: SupervisionConfig = SupervisionConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
     #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster.
     launcher: Literal["local", "ray"] = "local"
     ray: RayConfig = RayConfig()
@@ -265,7 +292,9 @@ class ExperimentConfig(Section):
     @pydantic.model_validator(mode="after")
     def _stop_is_set(self) -> ExperimentConfig:
         if not any(v is not None for v in self.stop.model_dump().values()):
-            raise ValueError("stop: set at least one of env_steps, time_s, episode_return")
+            raise ValueError("stop: set at least one of env_steps, time_s, episode_return, eval_return")
+        if self.stop.eval_return is not None and not self.evaluation.count:
+            raise ValueError("stop.eval_return: needs an evaluation worker (evaluation.count: 1)")
         return self
 
     @pydantic.model_validator(mode="after")

@@ -204,6 +204,21 @@ def _sampler_groups(c: ExperimentConfig) -> dict[str, Group]:
     return groups
 
 
+def with_evaluation(graph: Graph, config: ExperimentConfig) -> Graph:
+    """The graph with an `eval` group reading its `parameters` stream, when the config's
+    `evaluation:` section asks for one (whatever the algorithm's graph)."""
+    c = config.evaluation
+    if not c.count:
+        return graph
+    if not any(g.streams.get("parameters") == "parameters" for g in graph.groups.values()):
+        raise ConfigError("evaluation.count: the algorithm's graph has no `parameters` stream to evaluate")
+    group = Group(kind="eval", count=c.count, placement=_niced(c.placement, SAMPLER_NICE),
+                  settings={"env": config.env.model_dump(), "policy": config.policy.model_dump(),
+                            "evaluation": c.model_dump(exclude={"count", "placement"})},
+                  streams={"parameters": "parameters"})
+    return Graph(groups={**graph.groups, "eval": group})
+
+
 def _niced(placement: Placement, default_nice: int) -> Placement:
     """The placement with `nice` resolved (unset: the group's default)."""
     return placement if placement.nice is not None else placement.model_copy(update={"nice": default_nice})
@@ -233,7 +248,7 @@ def resolve(config: ExperimentConfig) -> ResolvedGraph:
     algorithm = ALGORITHMS.resolve(config.algorithm.type)
     default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
     try:
-        graph = apply_overrides(default, config.workers)
+        graph = apply_overrides(with_evaluation(default, config), config.workers)
     except (GraphError, pydantic.ValidationError) as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
     for name in config.supervision.progress_timeout_by_group:

@@ -84,4 +84,5 @@ WORKERS = Registry("worker kind", {
     "trainer": "srl.workers.trainer:TrainerWorker",
     "relay": "srl.workers.relay:RelayWorker",
     "buffer": "srl.workers.buffer:BufferWorker",
+    "eval": "srl.workers.evaluator:EvalWorker",
 })

@@ -280,7 +280,8 @@ class Controller:
                         "fps": round((self.env_steps - self.metrics.env_steps_at_start) / max(wall, 1e-9), 1),
                         "policy_version": policy_version(workers),
                         "trained_steps": self.metrics.total("trained_steps", workers),
-                        "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns)}
+                        "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
+                        **self.metrics.reported}
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:
             errors["run_dir"] = self.write_error

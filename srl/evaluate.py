@@ -56,7 +56,7 @@ def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple
     if path is None:
         raise ValueError(f"{run_dir / 'checkpoints'} holds no valid checkpoint to evaluate")
     if not path.is_file():
-        raise ValueError(f"checkpoint {path} does not exist (a source is latest, initial, random or a ckpt-*.pt path)")
+        raise ValueError(f"checkpoint {path} does not exist (a source is latest, best, initial, random or a ckpt-*.pt path)")
     policy.load_state_dict(checkpoint.load(path)["policy"])
     return policy, path.name
 

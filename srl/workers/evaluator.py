@@ -152,6 +152,9 @@ class EvalWorker(Worker):
         s = self.spec.settings
         self.evaluator = Evaluator(s["env"], s["policy"], s["evaluation"], Path(self.spec.run_dir) / "checkpoints",
                                    seed=SEED_BASE + self.spec.seed + self.spec.index * 2**24)
+        if self.evaluator.best.version is not None:
+            log.info("the score to beat: %.2f (version %d, in best.json)", self.evaluator.best.score,
+                     self.evaluator.best.version)
         params = self.spec.streams["parameters"]
         self.params = open_subscriber(self.ctx, params.key, params.transport)
         self.env_steps_at_version = 0

@@ -5,11 +5,13 @@ seconds (or `every_versions` versions) it plays `episodes` episodes on envs of i
 the version it holds, reports the result once into the run's metrics (`eval_return_mean`,
 `eval_episodes`, `eval_version`, ...) and, when the score beats the best so far, saves the
 weights it just played as the `best` checkpoint: the score and the weights are of one version.
+`Evaluator` is that work without a process or a stream (tests drive it by hand);
+`EvalWorker` is the shell around it.
 
     while running:
         version, weights = newest on `parameters`
         if schedule.due(version, now):
-            result = play(slot, policy, episodes, deterministic)      # srl.evaluate.play
+            result = play(slot, policy, episodes, deterministic)      # srl.workers.play
             if best.offer(result.return_mean, version): save `best`
 """
 

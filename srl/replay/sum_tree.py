@@ -28,12 +28,13 @@ class SumTree:
         """Set the leaves `index` (repeated indices: the last value wins) and repair the sums."""
         node = np.asarray(index, np.int64) + self.size
         self.tree[node] = value
-        node = np.unique(node // 2)
-        while node[0] >= 1:
+        node = np.unique(node // 2)  # sorted once: halving keeps it sorted, so each level dedupes in O(n)
+        while True:
             self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
             if node[0] == 1:
                 break
-            node = np.unique(node // 2)
+            node //= 2
+            node = node[np.concatenate(([True], node[1:] != node[:-1]))]
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         """For each `mass` in [0, total): the leaf where the running sum of priorities passes it."""

@@ -200,10 +200,9 @@ class Seal:
         self.seq = 0
 
     def encode(self, meta: dict[str, Any], arrays: NamedArray | None = None) -> list[Any]:
-        header, buffers = _header(meta, arrays)
         self.seq += 1
-        frames: list[Any] = [header, *(memoryview(b).cast("B") if b.nbytes else b"" for b in buffers),
-                             _STAMP.pack(self.sender, self.seq) + self.binding]
+        frames = encode(meta, arrays)
+        frames.append(_STAMP.pack(self.sender, self.seq) + self.binding)
         frames.append(sign(self.secret, frames))
         return frames
 

@@ -115,6 +115,16 @@ def _status(args: argparse.Namespace) -> int:
         table.add_row(w["name"], w["kind"], str(w["pid"]), w["host"], w["state"], f"{w['fps']:,.0f}",
                       str(w["restarts"]), str(w.get("heartbeat_age_s")), streams, rejected or "-")
     console.print(table)
+    if status.get("population"):  # population-based training: each member and its settings now
+        members = Table(title="population")
+        for column in ("member", "env_steps", "return", "version", "hyper-parameters"):
+            members.add_column(column)
+        for m in status["population"]:
+            ret = m.get("episode_return_mean")
+            hps = " ".join(f"{k}={v:.4g}" for k, v in (m.get("hyperparameters") or {}).items())
+            members.add_row(m["member"], f"{m['env_steps']:,}", "-" if ret is None else f"{ret:.1f}",
+                            str(m.get("policy_version")), hps or "-")
+        console.print(members)
     for w in status["workers"]:  # replay buffers: what they hold and in how much memory
         s = w.get("stats") or {}
         if {"held_steps", "capacity", "memory_mb"} <= s.keys():

@@ -163,6 +163,11 @@ class DQN(Algorithm):
     def priorities(self) -> np.ndarray | None:
         return self._priorities
 
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        super().set_hyperparameters(values)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr
+
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates,
                 "target": [p.detach().cpu().numpy() for p in self.target_params]}

@@ -182,6 +182,12 @@ class PPO(Algorithm):
         c: PPOConfig = self.config
         return gae(reward, value, terminated, truncated, c.gamma, c.gae_lambda)
 
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        super().set_hyperparameters(values)
+        if self.config.anneal_lr_steps is None:  # else the next step sets it from `lr`
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr
+
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "return_scale": vars(self.return_scale),
                 "trained_steps": self.trained_steps}

@@ -56,6 +56,12 @@ class Algorithm(ABC):
         `keys.REPLAY_INDEX` (prioritized replay), or None to leave priorities as they are."""
         return None
 
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        """Change some fields of `Config` between steps (population-based training explores
+        this way); the result is validated like the config was. An algorithm that copies a
+        field elsewhere at construction (an optimiser's learning rate) updates it too."""
+        self.config = type(self.config).model_validate({**self.config.model_dump(), **values})
+
     def state_dict(self) -> dict[str, Any]:
         """Optimiser state and counters for checkpoints."""
         return {}

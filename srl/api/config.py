@@ -254,6 +254,59 @@ class SupervisionConfig(Section):
         return self.progress_timeout_by_group.get(group, self.progress_timeout_s)
 
 
+class HyperParameter(Section):
+    """One `algorithm.args` field a population varies: where each member starts, how explore
+    moves it, and the bounds it never leaves."""
+
+    #: One starting value per member (None: every member starts at the config's own value).
+    values: list[float] | None = None
+    #: Explore multiplies the copied value by one of these, drawn at random ...
+    factors: list[PositiveFloat] = [0.8, 1.25]
+    #: ... and clips the result to [min, max].
+    min: float
+    max: float
+
+    @pydantic.model_validator(mode="after")
+    def _ordered(self) -> HyperParameter:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        outside = [v for v in self.values or [] if not self.min <= v <= self.max]
+        if outside:
+            raise ValueError(f"values {outside} lie outside [min, max] = [{self.min}, {self.max}]")
+        return self
+
+
+class PopulationConfig(Section):
+    """Population-based training: `size` members of the experiment train side by side; a
+    population manager makes the worse members copy the better ones' weights (exploit) and
+    perturbs the copied hyper-parameters (explore). See docs/population.md."""
+
+    size: int = Field(ge=2)
+    #: A member is ready for exploit/explore this many seconds after its start or last copy ...
+    interval_s: float | None = Field(30.0, gt=0)
+    #: ... or once its trainer has published this many versions since then (null: by time only).
+    interval_versions: PositiveInt | None = None
+    #: A ready member in the bottom `quantile` of returns copies a member of the top `quantile`.
+    quantile: float = Field(0.25, gt=0, le=0.5)
+    #: Episodes a member must have finished (in its return window) before it is ranked.
+    min_episodes: PositiveInt = 10
+    #: false: the members train independently, each with its own starting values (the baseline).
+    exploit: bool = True
+    #: `algorithm.args` fields to vary, by name.
+    hyperparameters: dict[str, HyperParameter] = {}
+    placement: Placement = Placement(num_cpus=0.1)
+
+    @pydantic.model_validator(mode="after")
+    def _schedule_and_values(self) -> PopulationConfig:
+        if self.interval_s is None and self.interval_versions is None:
+            raise ValueError("population: set interval_s or interval_versions (or both)")
+        for name, hp in self.hyperparameters.items():
+            if hp.values is not None and len(hp.values) != self.size:
+                raise ValueError(f"population.hyperparameters.{name}.values: {len(hp.values)} values for "
+                                 f"{self.size} members (one per member)")
+        return self
+
+
 class GroupOverride(Section):
     """A config's `workers.<group>` entry: changes to a group of the default graph, or a new group."""
 
@@ -288,6 +341,8 @@ class ExperimentConfig(Section):
     #: Changes to the algorithm's worker graph, by group name (`actor`, `policy`, `trainer`),
     #: or new groups of any worker kind (see `srl.api.graph`).
     workers: dict[str, GroupOverride] = {}
+    #: Absent: one experiment. Set: a population of `size` members (population-based training).
+    population: PopulationConfig | None = None
 
     @pydantic.model_validator(mode="after")
     def _stop_is_set(self) -> ExperimentConfig:
@@ -405,7 +460,19 @@ def validate_components(config: ExperimentConfig) -> ExperimentConfig:
                 component.args = model.model_validate(component.args).model_dump()
             except pydantic.ValidationError as exc:
                 raise ConfigError(_error_line(exc, f"{section}.args")) from None
+    if config.population is not None:
+        check_population(config.population, config.algorithm.args)
     return config
+
+
+def check_population(population: PopulationConfig, args: dict[str, Any]) -> None:
+    """Every varied hyper-parameter is a numeric field of the algorithm's (validated) `args`."""
+    for name in population.hyperparameters:
+        value = args.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            numeric = sorted(k for k, v in args.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+            raise ConfigError(f"population.hyperparameters.{name}: not a numeric field of algorithm.args "
+                              f"(those are: {', '.join(numeric)})")
 
 
 def validate(data: dict[str, Any]) -> ExperimentConfig:

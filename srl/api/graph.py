@@ -21,7 +21,8 @@ transport each stream uses is decided later, from where the launcher put its end
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
@@ -231,6 +232,8 @@ class ResolvedGraph:
     graph: Graph
     kinds: dict[str, Any]
     streams: dict[str, dict[str, Any]]
+    #: A population's member groups: group -> member (`m0`, ...). Empty: not a population.
+    members: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """The graph as plain data, for the run directory and `srl status`."""
@@ -239,18 +242,84 @@ class ResolvedGraph:
                            for name, g in self.graph.groups.items()},
                 "streams": {name: {"kind": s["kind"], "producers": sorted({g for g, _ in s["produce"]}),
                                    "consumers": sorted({g for g, _ in s["consume"]})}
-                            for name, s in self.streams.items()}}
+                            for name, s in self.streams.items()},
+                **({"members": sorted(set(self.members.values()))} if self.members else {})}
 
 
-def resolve(config: ExperimentConfig) -> ResolvedGraph:
-    """The experiment's graph: the algorithm's default with the config's `workers:` applied,
-    every kind resolved, its settings validated, every stream checked. Raises `ConfigError`."""
+def experiment_graph(config: ExperimentConfig) -> Graph:
+    """One experiment's graph: the algorithm's default, evaluation, the config's `workers:`."""
     algorithm = ALGORITHMS.resolve(config.algorithm.type)
     default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
     try:
-        graph = apply_overrides(with_evaluation(default, config), config.workers)
+        return apply_overrides(with_evaluation(default, config), config.workers)
     except (GraphError, pydantic.ValidationError) as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
+
+
+#: The group of the population manager, beside the members' groups.
+POPULATION_GROUP = "population"
+
+
+def member_name(index: int) -> str:
+    """Member `index` of a population: its groups, streams and directory carry this name."""
+    return f"m{index}"
+
+
+def member_dir(run_dir: str | Path, member: str) -> Path:
+    """A member's own run directory (its checkpoints, logs and metrics) inside the run's."""
+    return Path(run_dir) / "members" / member
+
+
+def member_config(config: ExperimentConfig, index: int) -> ExperimentConfig:
+    """The experiment as member `index` of its population runs it: its own starting values of
+    the varied hyper-parameters (validated as the algorithm's `args`), no population."""
+    assert config.population is not None
+    values = {name: hp.values[index] for name, hp in config.population.hyperparameters.items()
+              if hp.values is not None}
+    args = {**config.algorithm.args, **values}
+    model = getattr(ALGORITHMS.resolve(config.algorithm.type), "Config", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            args = model.model_validate(args).model_dump()
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "?"
+            raise ConfigError(f"population.hyperparameters.{name}.values: member {index}: {first['msg']}") from None
+    return config.model_copy(update={"algorithm": config.algorithm.model_copy(update={"args": args}),
+                                     "population": None})
+
+
+def population_graph(config: ExperimentConfig) -> tuple[Graph, dict[str, str]]:
+    """The experiment's graph once per member (groups and streams named `<member>.<name>`),
+    and, when members exploit, the population manager. Returns the graph and each member
+    group's member."""
+    population = config.population
+    assert population is not None
+    groups: dict[str, Group] = {}
+    members: dict[str, str] = {}
+    for index in range(population.size):
+        member = member_name(index)
+        for name, group in experiment_graph(member_config(config, index)).groups.items():
+            renamed = {port: f"{member}.{stream}" for port, stream in group.streams.items()}
+            groups[f"{member}.{name}"] = group.model_copy(update={"streams": renamed})
+            members[f"{member}.{name}"] = member
+    if population.exploit:
+        groups[POPULATION_GROUP] = Group(
+            kind="population", placement=population.placement,
+            settings={"population": population.model_dump(exclude={"placement"}),
+                      "members": [member_name(i) for i in range(population.size)]})
+    return Graph(groups=groups), members
+
+
+def resolve(config: ExperimentConfig) -> ResolvedGraph:
+    """The experiment's graph (or its population's): the algorithm's default with the config's
+    `workers:` applied, every kind resolved, its settings validated, every stream checked.
+    Raises `ConfigError`."""
+    members: dict[str, str] = {}
+    if config.population is not None:
+        graph, members = population_graph(config)
+    else:
+        graph = experiment_graph(config)
     for name in config.supervision.progress_timeout_by_group:
         if name not in graph.groups:
             raise ConfigError(f"supervision.progress_timeout_by_group: no group {name!r} in the graph "
@@ -283,4 +352,4 @@ def resolve(config: ExperimentConfig) -> ResolvedGraph:
             if consumers > producers:
                 raise ConfigError(f"stream {stream!r}: {consumers} consumers cannot share {producers} producers "
                                   "(each consumer serves at least one producer)")
-    return ResolvedGraph(graph, kinds, streams)
+    return ResolvedGraph(graph, kinds, streams, members)

@@ -85,4 +85,5 @@ WORKERS = Registry("worker kind", {
     "relay": "srl.workers.relay:RelayWorker",
     "buffer": "srl.workers.buffer:BufferWorker",
     "eval": "srl.workers.evaluator:EvalWorker",
+    "population": "srl.workers.population:PopulationWorker",
 })

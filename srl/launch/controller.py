@@ -35,6 +35,7 @@ from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
 from srl.launch.metrics import RunMetrics, StopRules, policy_version
+from srl.launch.population import Population
 from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
@@ -72,8 +73,10 @@ class Controller:
         self.context = self.launcher.worker_context(context)
         self.metrics = RunMetrics()
         self.stop_rules = StopRules(config.stop)
+        #: A population's members (None: one experiment).
+        self.population = Population(config, self.graph, self.run_dir.path) if config.population else None
         self.supervisor = Supervisor(self.launcher, self.context, config.supervision, self._log_tail,
-                                     on_replaced=self.metrics.retire)
+                                     on_replaced=self._retire)
         self.stop_reason = ""
         #: Why a write to the run directory failed ("": none did); the run stops with it.
         self.write_error = ""
@@ -145,8 +148,18 @@ class Controller:
         if removed:
             log.info("removed %d shared-memory segments of the previous run", len(removed))
 
+    def _retire(self, worker: WorkerState) -> None:
+        self.metrics.retire(worker)
+        if self.population is not None:
+            self.population.retire(worker)
+
+    def _log_path(self, name: str) -> Path:
+        """Where a worker's log lives (a population member's workers log in the member's directory)."""
+        worker = self.workers.get(name)
+        return Path(worker.spec.run_dir if worker else self.run_dir.path) / "logs" / f"{name}.log"
+
     def _log_tail(self, name: str, lines: int = 80) -> str:
-        path = self.run_dir.path / "logs" / f"{name}.log"
+        path = self._log_path(name)
         try:
             return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
@@ -170,16 +183,22 @@ class Controller:
                 reason, detail = failure
                 print(f"srl: {reason}" + (f". {detail}" if detail else ""), file=sys.stderr)
                 self._stop(reason)
-            if not self.stop_reason and (reason := self.stop_rules.reason(self.metrics, self.env_steps,
-                                                                          now - self.started)):
+            if not self.stop_reason and (reason := self._stop_rule(now - self.started)):
                 self._stop(reason)
             if now >= next_report or self.stop_reason:
                 last = self._report(now, last)
                 next_report = now + interval
 
+    def _stop_rule(self, elapsed: float) -> str | None:
+        if self.population is not None:  # each member's own numbers against `stop:`
+            return self.population.stop_reason(list(self.workers.values()), elapsed)
+        return self.stop_rules.reason(self.metrics, self.env_steps, elapsed)
+
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason
         self.metrics.freeze()
+        for metrics in self.population.metrics.values() if self.population is not None else ():
+            metrics.freeze()
 
     def _handle(self, message: Any) -> None:
         """One message on the control link: a heartbeat, a goodbye or an error report."""
@@ -192,15 +211,21 @@ class Controller:
         lines = meta.get("log")
         if lines and isinstance(lines, list):  # from workers whose run directory is here, not on their node
             def append() -> None:
-                with open(self.run_dir.path / "logs" / f"{worker.spec.name}.log", "a") as f:
+                with open(self._log_path(worker.spec.name), "a") as f:
                     f.write("".join(f"{line}\n" for line in lines if isinstance(line, str)))
             self._write(f"logs/{worker.spec.name}.log", append)
         if event in ("heartbeat", "exit"):
-            self.metrics.take(worker, meta.get("stats") or {})
+            stats = meta.get("stats") or {}
+            if self.population is not None:
+                self.population.take(worker, stats, list(self.workers.values()))
+            self.metrics.take(worker, stats)
             if event == "heartbeat":
                 self.supervisor.heard_from(worker, meta, message.client, now)
                 command = "stop" if self.stop_reason else "ok"
-                self.control.send(message.client, 0, {"command": command, "info": {"env_steps": self.env_steps}})
+                info = {"env_steps": self.env_steps}
+                if self.population is not None:
+                    info.update(self.population.answer(worker, list(self.workers.values())))
+                self.control.send(message.client, 0, {"command": command, "info": info})
             else:
                 worker.last_heartbeat, worker.client = now, message.client
                 if self.stop_reason:
@@ -218,6 +243,10 @@ class Controller:
         fps = (steps - last[1]) / max(now - last[0], 1e-9)
         record = self.metrics.record(list(self.workers.values()), now - self.started, fps)
         self._write("metrics.jsonl", lambda: self.run_dir.log_metrics(record))
+        if self.population is not None:
+            population = self.population
+            self._write("members' metrics.jsonl", lambda: population.report(list(self.workers.values()),
+                                                                             now - self.started))
         self._progress.show(record)
         self._write_status("running" if not self.stop_reason else "stopping", now)
         return now, steps
@@ -225,6 +254,8 @@ class Controller:
     def _write_status(self, state: str, now: float) -> None:
         document = status_document(self.run_id, state, self.launcher.name, self.private_dir, self.env_steps,
                                    self.graph.describe(), list(self.workers.values()), now)
+        if self.population is not None:
+            document["population"] = self.population.rows(list(self.workers.values()))
         self._write("status.json", lambda: self.run_dir.write_status(document))
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
@@ -282,6 +313,9 @@ class Controller:
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
                         **self.metrics.reported}
+        if self.population is not None:
+            self.summary["members"] = self.population.rows(workers)
+            self.population.close()
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:
             errors["run_dir"] = self.write_error

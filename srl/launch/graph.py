@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from srl.api.graph import STREAM_KINDS, ResolvedGraph
+from srl.api.graph import STREAM_KINDS, ResolvedGraph, member_dir
 from srl.streams.link import Transport
 from srl.workers.base import StreamEnd, WorkerSpec
 
@@ -51,9 +51,11 @@ def wire(resolved: ResolvedGraph, forced_transport: str, host_of: Callable[[str]
     specs = []
     for group, names in members.items():
         g = resolved.graph.groups[group]
+        # A population member's workers keep their checkpoints and logs in the member's directory.
+        where = str(member_dir(run_dir, resolved.members[group])) if group in resolved.members else run_dir
         for i, name in enumerate(names):
             specs.append(WorkerSpec(name, g.kind, group, i, len(names), seed, settings=g.settings, streams=ends[name],
-                                    control=control, run_dir=run_dir, placement=g.placement.model_dump(),
+                                    control=control, run_dir=where, placement=g.placement.model_dump(),
                                     resume=resume))
     for k, (near, source, sink) in enumerate(relays):
         specs.append(WorkerSpec(f"{RELAY_GROUP}.{k}", "relay", RELAY_GROUP, k, len(relays), seed, settings={},

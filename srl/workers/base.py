@@ -154,6 +154,8 @@ class Worker(ABC):
     counters: ClassVar[tuple[str, ...]] = ()
     #: A stat that grows while the worker does its job (a counter); None: its progress is not watched.
     progress: ClassVar[str | None] = None
+    #: Whether it carries out commands other workers address to its population member (`command`).
+    takes_commands: ClassVar[bool] = False
 
     def __init__(self, spec: WorkerSpec, ctx: StreamContext) -> None:
         self.spec = spec
@@ -177,6 +179,10 @@ class Worker(ABC):
         #: The port this worker waits on (no input, no credit), "" while it works: a worker that
         #: makes no progress is hung only if it waits on nothing (see `progress`).
         self.waiting_on = ""
+        #: Commands the controller delivered, not yet carried out; and the outcome of the last
+        #: ones carried out, by id ("ok" or the error), reported with the stats.
+        self._commands: collections.deque[dict[str, Any]] = collections.deque()
+        self._command_results: dict[str, str] = {}
 
     # ------------------------------------------------------------ to implement
     @abstractmethod
@@ -197,10 +203,31 @@ class Worker(ABC):
         """Addresses this worker listens on (reported in status)."""
         return []
 
+    def command(self, command: dict[str, Any]) -> None:
+        """Carry out one command (a dict with an `id`) that another worker addressed to this
+        worker's population member, delivered by the controller between polls. Kinds that
+        declare `takes_commands` implement it; raising reports the error to the sender."""
+        raise NotImplementedError(f"{type(self).__name__} takes no commands")
+
     # ------------------------------------------------------------ the shell
     def _stats(self) -> dict[str, Any]:
-        """The kind's stats, and what the shell adds: messages its links rejected, by reason."""
-        return {**self.stats(), "rejected": dict(self.ctx.rejected)}
+        """The kind's stats, and what the shell adds: messages its links rejected, by reason, and
+        the outcome of the commands it carried out."""
+        done = {"commands_done": dict(self._command_results)} if self._command_results else {}
+        return {**self.stats(), "rejected": dict(self.ctx.rejected), **done}
+
+    def _carry_out_commands(self) -> None:
+        while self._commands:
+            command = self._commands.popleft()
+            try:
+                self.command(command)
+                outcome = "ok"
+            except Exception as exc:  # the sender learns why; the worker goes on
+                log.exception("command %s failed", command.get("id"))
+                outcome = f"{type(exc).__name__}: {exc}"[:300]
+            self._command_results[str(command.get("id"))] = outcome
+            while len(self._command_results) > 32:
+                del self._command_results[next(iter(self._command_results))]
 
     @property
     def stopping(self) -> bool:
@@ -240,7 +267,9 @@ class Worker(ABC):
             self._unanswered_since = None
             if answer.meta.get("command") == "stop":
                 self._stopping = True
-            self.controller_info.update(answer.meta.get("info", {}))
+            info = dict(answer.meta.get("info") or {})
+            self._commands.extend(c for c in info.pop("commands", []) if isinstance(c, dict))
+            self.controller_info.update(info)
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -298,6 +327,7 @@ class Worker(ABC):
             self.setup()
             self.heartbeat(force=True)
             while self.heartbeat():
+                self._carry_out_commands()
                 self.poll()
         except Exception as exc:
             text = traceback.format_exc()

@@ -40,6 +40,8 @@ class TrainerWorker(Worker):
     supervision = Supervision(scope="group", from_checkpoint=True)
     counters = ("trained_steps",)
     progress = "trained_steps"
+    # A population manager tells it to save, to load another member's weights, to change settings.
+    takes_commands = True
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -54,6 +56,11 @@ class TrainerWorker(Worker):
         self.env_steps_at_start = 0
         path = checkpoint.latest(self.checkpoint_dir) if self.spec.resume else None
         state = checkpoint.load(path) if path is not None else None
+        #: `algorithm.args` fields changed while training (a population's explore), saved with
+        #: the checkpoints so that a restart keeps them.
+        self.hyperparameters: dict[str, float] = {}
+        #: The checkpoint the last `load_checkpoint` command loaded.
+        self.loaded = ""
         if state is not None:
             self.policy.load_state_dict(state["policy"])
             self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0)
@@ -75,6 +82,7 @@ class TrainerWorker(Worker):
         self.algorithm = make_algorithm(s["algorithm"], self.policy)
         if state is not None:
             self.algorithm.load_state_dict(state["algorithm"])
+            self._set_hyperparameters(state.get("hyperparameters") or {})
         samples = self.spec.streams["samples"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
         if s["streams"]["when_full"] == "drop_oldest":
@@ -181,13 +189,47 @@ class TrainerWorker(Worker):
             log.warning("weights are non-finite: checkpoint skipped")
             return
         env_steps = self.controller_info.get("env_steps", self.env_steps_at_start)
-        state = {"policy": self.policy.state_dict(), "algorithm": self.algorithm.state_dict()}
+        state = {"policy": self.policy.state_dict(), "algorithm": self.algorithm.state_dict(),
+                 **({"hyperparameters": dict(self.hyperparameters)} if self.hyperparameters else {})}
         try:
             checkpoint.save(self.checkpoint_dir, self.policy.version, state,
                             {"env_steps": env_steps, "trained_steps": self.trained_steps}, self.keep)
         except OSError as exc:  # a full disk or a read-only run directory: a restart cannot mend it
             raise FatalError(f"cannot write a checkpoint: {exc}") from exc
         self.last_checkpoint = time.monotonic()
+
+    def command(self, command: dict[str, Any]) -> None:
+        """A population manager's command, any of: `save_checkpoint` (now, so another member
+        can copy it), `load_checkpoint` (the newest checkpoint in that directory: another
+        member's weights, optimiser state and changed settings), `hyperparameters` (set these
+        `algorithm.args` fields). The result goes out at once as a new version."""
+        if command.get("save_checkpoint") and self.publisher is not None:
+            self.save_checkpoint()
+        if directory := command.get("load_checkpoint"):
+            path = checkpoint.latest(directory)
+            if path is None:
+                raise FileNotFoundError(f"no checkpoint to load in {directory}")
+            state, version = checkpoint.load(path), self.policy.version
+            self.policy.load_state_dict(state["policy"])
+            self.algorithm.load_state_dict(state["algorithm"])
+            self.hyperparameters = {}
+            self._set_hyperparameters(state.get("hyperparameters") or {})
+            # Readers take only newer versions; the samples waiting were acted by the old weights.
+            self.policy.version = version + 1
+            self.buffer, self.buffered = [], 0
+            self.loaded = path.name
+            log.info("loaded %s (version %d) as version %d", path, int(state["policy"]["version"]),
+                     self.policy.version)
+        self._set_hyperparameters(command.get("hyperparameters") or {})
+        if self.publisher is not None and self.policy.version != self.published_version:
+            self.publisher.publish(self.policy.version, self.policy.get_params())
+            self.published_version = self.policy.version
+
+    def _set_hyperparameters(self, values: dict[str, float]) -> None:
+        if values:
+            self.algorithm.set_hyperparameters(values)
+            self.hyperparameters.update(values)
+            log.info("hyper-parameters now %s", values)
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "consumer"):
@@ -199,6 +241,10 @@ class TrainerWorker(Worker):
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
                 "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),
                 "sample_queue": len(self.buffer) + self.consumer.queued,
+                # The algorithm's numeric settings as they are now (a population changes some).
+                "hyperparameters": {k: v for k, v in self.algorithm.config.model_dump().items()
+                                    if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                **({"loaded": self.loaded} if self.loaded else {}),
                 **({"param_digest": self._digest()} if self.ddp is not None else {})}
 
     def _digest(self) -> str:

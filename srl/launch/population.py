@@ -1,0 +1,133 @@
+"""The controller's side of a population: each member's numbers, its stop rule, the commands
+workers address to members, and what status and the summary show of the members.
+
+Members are groups of one graph (`srl.api.graph.population_graph`); a member's workers are
+those of its groups. Its metrics go to `members/<member>/metrics.jsonl`, counted from its
+own workers alone. A worker outside every member (the population manager) gets every
+member's view with each heartbeat answer, and may send commands addressed to a member in
+its stats (`commands`: dicts with an `id` and `to`); each is handed once to every worker of
+that member whose kind `takes_commands`, with that worker's next heartbeat answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+from srl.api.config import ExperimentConfig
+from srl.api.graph import ResolvedGraph, member_dir
+from srl.launch.metrics import RunMetrics, StopRules, policy_version
+from srl.launch.run_dir import RunDir
+from srl.launch.supervision import WorkerState
+
+
+class Population:
+    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, run_dir: Path) -> None:
+        assert config.population is not None
+        self.group_member = graph.members
+        self.names = list(dict.fromkeys(graph.members.values()))
+        self.varied = list(config.population.hyperparameters)
+        self.metrics = {m: RunMetrics() for m in self.names}
+        self.stop_rules = StopRules(config.stop)
+        self.dirs = {m: RunDir(member_dir(run_dir, m), config.log.tensorboard) for m in self.names}
+        self.takes_commands = {kind for kind, cls in graph.kinds.items() if getattr(cls, "takes_commands", False)}
+        #: Why each member stopped ("": it has not): the run stops once every member has.
+        self.stopped = {m: "" for m in self.names}
+        self._relayed: set[str] = set()
+        self._queued: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        self._last: dict[str, tuple[float, int]] = {m: (time.monotonic(), 0) for m in self.names}
+
+    def member(self, worker: WorkerState) -> str | None:
+        return self.group_member.get(worker.spec.group)
+
+    def _workers(self, member: str, workers: list[WorkerState]) -> list[WorkerState]:
+        return [w for w in workers if self.member(w) == member]
+
+    # ---------------------------------------------------------------- heartbeats
+    def take(self, worker: WorkerState, stats: dict[str, Any], workers: list[WorkerState]) -> None:
+        """A worker's stats, before the run's own metrics take them: its member's metrics count
+        them, and the commands it sends are queued for the workers they address."""
+        for command in stats.pop("commands", None) or []:
+            if not isinstance(command, dict) or str(command.get("id")) in self._relayed:
+                continue
+            self._relayed.add(str(command.get("id")))
+            for w in workers:
+                if self.member(w) == command.get("to") and w.spec.kind in self.takes_commands:
+                    self._queued[w.spec.name].append(command)
+        if (member := self.member(worker)) is not None:
+            self.metrics[member].take(worker, dict(stats))
+
+    def answer(self, worker: WorkerState, workers: list[WorkerState]) -> dict[str, Any]:
+        """What goes into this worker's heartbeat answer beyond the run's own info."""
+        extra: dict[str, Any] = {}
+        if commands := self._queued.pop(worker.spec.name, None):
+            extra["commands"] = commands
+        if self.member(worker) is None:
+            extra["members"] = self.view(workers)
+        return extra
+
+    def retire(self, worker: WorkerState) -> None:
+        if (member := self.member(worker)) is not None:
+            self.metrics[member].retire(worker)
+
+    def view(self, workers: list[WorkerState]) -> dict[str, dict[str, Any]]:
+        """Each member as the population manager sees it."""
+        out = {}
+        for m in self.names:
+            mine = self._workers(m, workers)
+            commanded = [w for w in mine if w.spec.kind in self.takes_commands]
+            # A command is done when every worker it went to has done it (the first error wins).
+            done: dict[str, str] = {}
+            if commanded:
+                results = [w.stats.get("commands_done") or {} for w in commanded]
+                for command_id in set(results[0]).intersection(*results[1:]):
+                    errors = [r[command_id] for r in results if r[command_id] != "ok"]
+                    done[command_id] = errors[0] if errors else "ok"
+            hps = next((w.stats["hyperparameters"] for w in commanded if w.stats.get("hyperparameters")), {})
+            out[m] = {"episode_return_mean": self.metrics[m].return_mean, "episodes": len(self.metrics[m].returns),
+                      "env_steps": self.metrics[m].total("env_steps", mine), "policy_version": policy_version(mine),
+                      "hyperparameters": {k: hps[k] for k in self.varied if k in hps}, "commands_done": done,
+                      "loaded": next((w.stats["loaded"] for w in commanded if w.stats.get("loaded")), None)}
+        return out
+
+    # ---------------------------------------------------------------- reports
+    def report(self, workers: list[WorkerState], elapsed: float) -> None:
+        """One metrics line per member, in its own directory (raises OSError as the run's does)."""
+        now, view = time.monotonic(), self.view(workers)
+        for m in self.names:
+            mine = self._workers(m, workers)
+            steps = self.metrics[m].total("env_steps", mine)
+            then, before = self._last[m]
+            self._last[m] = (now, steps)
+            record = self.metrics[m].record(mine, elapsed, (steps - before) / max(now - then, 1e-9))
+            record["hyperparameters"] = view[m]["hyperparameters"]
+            self.dirs[m].log_metrics(record)
+
+    def stop_reason(self, workers: list[WorkerState], elapsed: float) -> str | None:
+        """The population stops once every member has met the config's `stop:` (counted on its
+        own workers), or at `stop.time_s`. A member that met it keeps training meanwhile (it
+        may still be copied), but its reported return stays the one that met it."""
+        for m in self.names:
+            if self.stopped[m]:
+                continue
+            mine = self._workers(m, workers)
+            reason = self.stop_rules.reason(self.metrics[m], self.metrics[m].total("env_steps", mine), elapsed)
+            if reason:
+                self.stopped[m] = reason
+                self.metrics[m].freeze()
+        if all(self.stopped.values()):
+            return "every member: " + "; ".join(f"{m} {why}" for m, why in self.stopped.items())
+        return None
+
+    def rows(self, workers: list[WorkerState]) -> list[dict[str, Any]]:
+        """The members as status.json and the summary list them."""
+        view = self.view(workers)
+        return [{"member": m, "episode_return_mean": view[m]["episode_return_mean"], "episodes": view[m]["episodes"],
+                 "env_steps": view[m]["env_steps"], "policy_version": view[m]["policy_version"],
+                 "hyperparameters": view[m]["hyperparameters"], "stopped": self.stopped[m]} for m in self.names]
+
+    def close(self) -> None:
+        for run_dir in self.dirs.values():
+            run_dir.close()

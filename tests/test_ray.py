@@ -174,3 +174,30 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
     finally:
         kill_run(process, run_dir)
+
+
+def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl, tmp_path):
+    """Population-based training on the cluster: each member's actors on the second node, its
+    trainer on the head; the manager's commands reach the trainers through the controller."""
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                     "population.size=2", "population.hyperparameters.lr.values=[0.00001, 0.003]",
+                     "population.interval_versions=4", "population.min_episodes=5", "actors.count=1",
+                     "actors.envs_per_slot=16", "trainers.batch_steps=512", "actors.placement.resources={node2: 0.01}",
+                     "trainers.placement.resources={node1: 0.01}", "stop.env_steps=12000", "stop.time_s=150",
+                     "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
+    copies = [r for r in lineage if r["event"] == "copy"]
+    assert copies, lineage
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    for m in ("m0", "m1"):
+        assert workers[f"{m}.actor.0"]["host"] == SECOND and workers[f"{m}.trainer.0"]["host"] == HEAD
+    copied = copies[0]["member"]
+    # the member's trainer log travelled into the member's directory on the driver
+    log = (run_dir / "members" / copied / "logs" / f"{copied}.trainer.0.log").read_text()
+    assert f"members/{copies[0]['copied']}/checkpoints/{copies[0]['checkpoint']}" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    now = {m["member"]: m["hyperparameters"]["lr"] for m in summary["members"]}
+    assert now[copied] == pytest.approx([r for r in copies if r["member"] == copied][-1]["hyperparameters"]["lr"])

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import ExperimentConfig
-from srl.api.graph import ResolvedGraph, member_dir
+from srl.api.config import ExperimentConfig, dump
+from srl.api.graph import ResolvedGraph, member_config, member_dir
 from srl.launch.metrics import RunMetrics, StopRules, policy_version
 from srl.launch.run_dir import RunDir
 from srl.launch.supervision import WorkerState
@@ -32,6 +32,8 @@ class Population:
         self.metrics = {m: RunMetrics() for m in self.names}
         self.stop_rules = StopRules(config.stop)
         self.dirs = {m: RunDir(member_dir(run_dir, m), config.log.tensorboard) for m in self.names}
+        for index, m in enumerate(self.names):  # `srl evaluate <run>/members/<m>` plays a member's policy
+            self.dirs[m].write_config(dump(member_config(config, index)))
         self.takes_commands = {kind for kind, cls in graph.kinds.items() if getattr(cls, "takes_commands", False)}
         #: Why each member stopped ("": it has not): the run stops once every member has.
         self.stopped = {m: "" for m in self.names}

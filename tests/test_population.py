@@ -1,0 +1,193 @@
+"""Population-based training: the exploit/explore rule, the config, the graph, the controller's
+relay of commands, live hyper-parameters, and one small population that really copies."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from srl.api.config import ConfigError, load
+from srl.api.graph import POPULATION_GROUP, Supervision, member_dir, resolve
+from srl.launch.graph import wire
+from srl.launch.population import Population
+from srl.launch.supervision import WorkerState
+from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
+from srl.workers.population import PBT, Member
+
+LR = {"lr": (1e-4, 1e-2)}
+
+
+def _rule(seed: int = 0, quantile: float = 0.25, factors=(0.8, 1.25)) -> PBT:
+    return PBT(quantile, LR, {"lr": list(factors)}, random.Random(seed))
+
+
+def _members(scores, ready=True, lrs=None):
+    lrs = lrs or [1e-3] * len(scores)
+    return [Member(f"m{i}", s, {"lr": lr}, ready) for i, (s, lr) in enumerate(zip(scores, lrs))]
+
+
+def test_the_worst_member_copies_the_best_and_explores():
+    copies = _rule().decide(_members([10.0, 400.0, 200.0, 30.0], lrs=[1e-5 * 100, 2e-3, 1e-3, 5e-4]))
+    assert len(copies) == 1
+    (copy,) = copies
+    assert (copy.member, copy.source) == ("m0", "m1")
+    assert copy.hyperparameters["lr"] in (pytest.approx(2e-3 * 0.8), pytest.approx(2e-3 * 1.25))
+
+
+def test_half_of_the_population_copies_with_quantile_one_half():
+    copies = _rule(quantile=0.5).decide(_members([10.0, 400.0, 200.0, 30.0]))
+    assert {c.member for c in copies} == {"m0", "m3"}
+    assert {c.source for c in copies} <= {"m1", "m2"}
+
+
+def test_members_not_ready_unscored_or_no_worse_do_not_copy():
+    assert _rule().decide(_members([10.0, 400.0, 200.0, 30.0], ready=False)) == []
+    # The worst has no score yet (too few episodes): the worst of the rest is m3, not ready-checked away.
+    copies = _rule().decide(_members([None, 400.0, 200.0, 30.0]))
+    assert [(c.member, c.source) for c in copies] == [("m3", "m1")]
+    assert _rule().decide(_members([None, None, None, 30.0])) == []
+    assert _rule().decide(_members([500.0, 500.0, 500.0, 500.0])) == []  # nothing better to copy
+
+
+def test_explore_stays_within_bounds():
+    rule = _rule(seed=3, factors=(0.1, 10.0))
+    for _ in range(200):
+        value = rule.explore({"lr": rule.rng.choice([1e-4, 1e-3, 1e-2])})["lr"]
+        assert 1e-4 <= value <= 1e-2
+    # Both factors are drawn over many tries (the draw is random, not always the first).
+    seen = {round(_rule(seed=s).explore({"lr": 1e-3})["lr"], 8) for s in range(20)}
+    assert seen == {round(1e-3 * 0.8, 8), round(1e-3 * 1.25, 8)}
+
+
+def _population_config(*overrides: str):
+    return load("cartpole-ppo-pbt", list(overrides))
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match=r"population.hyperparameters.lr.values: 3 values for 4 members"):
+        _population_config("population.hyperparameters.lr.values=[0.001, 0.001, 0.001]")
+    with pytest.raises(ConfigError, match=r"population.hyperparameters.lr: .*outside \[min, max\]"):
+        _population_config("population.hyperparameters.lr.max=0.0005")
+    with pytest.raises(ConfigError, match=r"population.hyperparameters.momentum: not a numeric field of algorithm.args"):
+        _population_config("population.hyperparameters.momentum={min: 0.1, max: 0.9}")
+    with pytest.raises(ConfigError, match=r"population.size"):
+        _population_config("population.size=1")
+    with pytest.raises(ConfigError, match=r"population: set interval_s or interval_versions"):
+        _population_config("population.interval_versions=null")
+    # A starting value the algorithm itself refuses (PPO's lr must be positive).
+    with pytest.raises(ConfigError, match=r"population.hyperparameters.lr.values: member 0"):
+        resolve(_population_config("population.hyperparameters.lr.values=[0, 0.001, 0.001, 0.001]",
+                                   "population.hyperparameters.lr.min=0"))
+
+
+def _specs(config, run_dir):
+    graph = resolve(config)
+    return graph, wire(graph, "auto", lambda name: "here", seed=1, run_dir=run_dir,
+                       control=StreamEnd(CONTROL_KEY, "shm"))
+
+
+def test_each_member_is_the_experiment_graph_with_its_own_names_directory_and_values(tmp_path):
+    graph, specs = _specs(_population_config(), str(tmp_path))
+    groups = graph.graph.groups
+    assert set(groups) == {f"m{i}.{g}" for i in range(4) for g in ("trainer", "actor")} | {POPULATION_GROUP}
+    assert groups["m2.actor"].streams == {"samples": "m2.samples", "parameters": "m2.parameters"}
+    assert [groups[f"m{i}.trainer"].settings["algorithm"]["args"]["lr"] for i in range(4)] == [1e-5, 1e-4, 3e-4, 1e-3]
+    by_name = {s.name: s for s in specs}
+    assert by_name["m1.trainer.0"].run_dir == str(member_dir(tmp_path, "m1"))
+    assert by_name["m1.actor.1"].streams["samples"].key == "m1.samples/0"
+    assert by_name["population.0"].run_dir == str(tmp_path)
+    assert graph.describe()["members"] == ["m0", "m1", "m2", "m3"]
+    # The baseline: the same members, no manager.
+    baseline, _ = _specs(_population_config("population.exploit=false"), str(tmp_path))
+    assert POPULATION_GROUP not in baseline.graph.groups and len(baseline.graph.groups) == 8
+
+
+def _state(spec) -> WorkerState:
+    return WorkerState(spec, Supervision(), ("env_steps", "episode_returns") if "actor" in spec.name else ())
+
+
+def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it_names(tmp_path):
+    config = _population_config("population.size=2", "population.hyperparameters.lr.values=[0.001, 0.002]")
+    graph, specs = _specs(config, str(tmp_path))
+    population = Population(config, graph, tmp_path)
+    try:
+        workers = {s.name: _state(s) for s in specs}
+        everyone = list(workers.values())
+        manager, trainer1, actor1 = workers["population.0"], workers["m1.trainer.0"], workers["m1.actor.0"]
+        command = {"id": "0.1", "to": "m1", "hyperparameters": {"lr": 0.004}}
+        for _ in range(2):  # the manager repeats a command until it is done: it is handed over once
+            population.take(manager, {"commands": [command]}, everyone)
+        assert population.answer(trainer1, everyone)["commands"] == [command]
+        assert "commands" not in population.answer(trainer1, everyone)
+        assert "commands" not in population.answer(actor1, everyone)
+        assert "commands" not in population.answer(workers["m0.trainer.0"], everyone)
+        assert "members" not in population.answer(trainer1, everyone)  # only workers outside the members
+        population.take(trainer1, {"commands_done": {"0.1": "ok"}, "hyperparameters": {"lr": 0.004, "epochs": 4},
+                                   "policy_version": 7}, everyone)
+        population.take(actor1, {"env_steps": 512, "episode_returns": [20.0, 30.0]}, everyone)
+        view = population.answer(manager, everyone)["members"]
+        assert view["m1"]["commands_done"] == {"0.1": "ok"}
+        assert view["m1"]["hyperparameters"] == {"lr": 0.004}
+        assert (view["m1"]["env_steps"], view["m1"]["episode_return_mean"], view["m1"]["policy_version"]) == (512, 25.0, 7)
+        assert view["m0"]["env_steps"] == 0 and view["m0"]["episode_return_mean"] is None
+        # Each member stops on its own numbers; the population once all have.
+        assert population.stop_reason(everyone, 1.0) is None
+        population.take(workers["m0.actor.0"], {"env_steps": 400_000}, everyone)
+        population.take(actor1, {"env_steps": 400_000}, everyone)
+        assert population.stop_reason(everyone, 2.0).startswith("every member: m0 env_steps reached")
+    finally:
+        population.close()
+
+
+def test_ppo_takes_a_new_learning_rate_live():
+    from srl.algorithms.ppo import PPO, PPOConfig
+    from srl.api.env import spaces_of
+    from srl.workers.components import make_env, make_policy
+
+    env = make_env({"type": "gym", "id": "CartPole-v1"})
+    policy = make_policy({"type": "actor_critic", "args": {"hidden": [8]}}, *spaces_of(env))
+    env.close()
+    algorithm = PPO(policy, PPOConfig(lr=1e-3))
+    algorithm.set_hyperparameters({"lr": 5e-4, "clip": 0.1})
+    assert algorithm.config.lr == 5e-4 and algorithm.config.clip == 0.1
+    assert [g["lr"] for g in algorithm.optimizer.param_groups] == [5e-4]
+    with pytest.raises(Exception, match="greater than 0"):
+        algorithm.set_hyperparameters({"lr": -1.0})
+    assert isinstance(algorithm.optimizer, torch.optim.Optimizer)
+
+
+@pytest.mark.integration
+def test_a_small_population_copies_and_explores(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_srl(
+        "train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "population.size=2",
+        "population.hyperparameters.lr.values=[0.00001, 0.003]", "population.interval_versions=3",
+        "population.min_episodes=5", "actors.count=1", "actors.envs_per_slot=16", "trainers.batch_steps=512",
+        "stop.env_steps=12000", "stop.time_s=50", "log.tensorboard=false", timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
+    starts = {r["member"]: r["hyperparameters"]["lr"] for r in lineage if r["event"] == "start"}
+    assert starts == {"m0": 0.00001, "m1": 0.003}
+    copies = [r for r in lineage if r["event"] == "copy"]
+    assert copies, lineage
+    first = copies[0]
+    assert {first["member"], first["copied"]} == {"m0", "m1"} and first["return"] < first["source_return"]
+    # the source's learning rate, explored
+    assert first["hyperparameters"]["lr"] / starts[first["copied"]] in (pytest.approx(0.8), pytest.approx(1.25))
+    member, source = first["member"], first["copied"]
+    trainer_log = (member_dir(run_dir, member) / "logs" / f"{member}.trainer.0.log").read_text()
+    assert f"{run_dir}/members/{source}/checkpoints/{first['checkpoint']}" in trainer_log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    now = {m["member"]: m["hyperparameters"]["lr"] for m in summary["members"]}
+    last = [r for r in copies if r["member"] == member][-1]
+    # changed live, and reported back by the trainer
+    assert now[member] == pytest.approx(last["hyperparameters"]["lr"]) and now[member] != starts[member]
+    for m in ("m0", "m1"):
+        assert (member_dir(run_dir, m) / "metrics.jsonl").read_text().strip()
+        assert list((member_dir(run_dir, m) / "checkpoints").glob("ckpt-*.pt"))
+    status = json.loads((run_dir / "status.json").read_text())
+    assert [m["member"] for m in status["population"]] == ["m0", "m1"]
+    shown = run_srl("status", str(run_dir))
+    assert "population" in shown.stdout and "lr=" in shown.stdout

@@ -51,6 +51,12 @@ def test_members_not_ready_unscored_or_no_worse_do_not_copy():
     assert _rule().decide(_members([500.0, 500.0, 500.0, 500.0])) == []  # nothing better to copy
 
 
+def test_a_margin_keeps_members_about_as_good_as_the_best_from_copying():
+    rule = PBT(0.25, LR, {"lr": [0.8, 1.25]}, random.Random(0), margin=10.0)
+    assert rule.decide(_members([495.0, 500.0, 498.0, 499.0])) == []
+    assert [(c.member, c.source) for c in rule.decide(_members([480.0, 500.0, 498.0, 499.0]))] == [("m0", "m1")]
+
+
 def test_explore_stays_within_bounds():
     rule = _rule(seed=3, factors=(0.1, 10.0))
     for _ in range(200):
@@ -126,11 +132,20 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         assert "members" not in population.answer(trainer1, everyone)  # only workers outside the members
         population.take(trainer1, {"commands_done": {"0.1": "ok"}, "hyperparameters": {"lr": 0.004, "epochs": 4},
                                    "policy_version": 7}, everyone)
-        population.take(actor1, {"env_steps": 512, "episode_returns": [20.0, 30.0]}, everyone)
+        population.take(actor1, {"env_steps": 256, "episode_returns": [200.0]}, everyone)
         view = population.answer(manager, everyone)["members"]
         assert view["m1"]["commands_done"] == {"0.1": "ok"}
+        # A member that loads another's weights starts a new return window.
+        load = {"id": "0.2", "to": "m1", "load_checkpoint": str(tmp_path / "members" / "m0" / "checkpoints")}
+        population.take(manager, {"commands": [load]}, everyone)
+        assert population.answer(trainer1, everyone)["commands"] == [load]
+        population.take(trainer1, {"commands_done": {"0.1": "ok", "0.2": "ok"}, "hyperparameters": {"lr": 0.004},
+                                   "policy_version": 8}, everyone)
+        assert population.answer(manager, everyone)["members"]["m1"]["episode_return_mean"] is None
+        population.take(actor1, {"env_steps": 512, "episode_returns": [20.0, 30.0]}, everyone)
+        view = population.answer(manager, everyone)["members"]
         assert view["m1"]["hyperparameters"] == {"lr": 0.004}
-        assert (view["m1"]["env_steps"], view["m1"]["episode_return_mean"], view["m1"]["policy_version"]) == (512, 25.0, 7)
+        assert (view["m1"]["env_steps"], view["m1"]["episode_return_mean"], view["m1"]["policy_version"]) == (512, 25.0, 8)
         assert view["m0"]["env_steps"] == 0 and view["m0"]["episode_return_mean"] is None
         # Each member stops on its own numbers; the population once all have.
         assert population.stop_reason(everyone, 1.0) is None
@@ -163,9 +178,9 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
     run_dir = tmp_path / "run"
     result = run_srl(
         "train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "population.size=2",
-        "population.hyperparameters.lr.values=[0.00001, 0.003]", "population.interval_versions=3",
-        "population.min_episodes=5", "actors.count=1", "actors.envs_per_slot=16", "trainers.batch_steps=512",
-        "stop.env_steps=12000", "stop.time_s=50", "log.tensorboard=false", timeout=90)
+        "population.hyperparameters.lr.values=[0.00001, 0.003]", "population.interval_versions=2",
+        "population.min_episodes=5", "population.margin=0", "actors.count=1", "actors.envs_per_slot=16",
+        "trainers.batch_steps=256", "stop.env_steps=5000", "stop.time_s=45", "log.tensorboard=false", timeout=90)
     assert result.returncode == 0, result.stderr[-3000:]
     lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
     starts = {r["member"]: r["hyperparameters"]["lr"] for r in lineage if r["event"] == "start"}

@@ -286,8 +286,10 @@ class PopulationConfig(Section):
     interval_s: float | None = Field(30.0, gt=0)
     #: ... or once its trainer has published this many versions since then (null: by time only).
     interval_versions: PositiveInt | None = None
-    #: A ready member in the bottom `quantile` of returns copies a member of the top `quantile`.
+    #: A ready member in the bottom `quantile` of returns copies a member of the top `quantile` ...
     quantile: float = Field(0.25, gt=0, le=0.5)
+    #: ... whose return is higher by more than this (members as good as each other copy nothing).
+    margin: float = Field(0.0, ge=0)
     #: Episodes a member must have finished (in its return window) before it is ranked.
     min_episodes: PositiveInt = 10
     #: false: the members train independently, each with its own starting values (the baseline).

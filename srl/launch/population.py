@@ -3,7 +3,8 @@ workers address to members, and what status and the summary show of the members.
 
 Members are groups of one graph (`srl.api.graph.population_graph`); a member's workers are
 those of its groups. Its metrics go to `members/<member>/metrics.jsonl`, counted from its
-own workers alone. A worker outside every member (the population manager) gets every
+own workers alone; a member that copies another starts a new return window (its weights
+are another's now). A worker outside every member (the population manager) gets every
 member's view with each heartbeat answer, and may send commands addressed to a member in
 its stats (`commands`: dicts with an `id` and `to`); each is handed once to every worker of
 that member whose kind `takes_commands`, with that worker's next heartbeat answer.
@@ -38,6 +39,8 @@ class Population:
         #: Why each member stopped ("": it has not): the run stops once every member has.
         self.stopped = {m: "" for m in self.names}
         self._relayed: set[str] = set()
+        #: Commands relayed that load another member's weights, not yet done: id -> member.
+        self._loads: dict[str, str] = {}
         self._queued: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         self._last: dict[str, tuple[float, int]] = {m: (time.monotonic(), 0) for m in self.names}
 
@@ -55,10 +58,18 @@ class Population:
             if not isinstance(command, dict) or str(command.get("id")) in self._relayed:
                 continue
             self._relayed.add(str(command.get("id")))
+            if command.get("load_checkpoint"):
+                self._loads[str(command.get("id"))] = str(command.get("to"))
             for w in workers:
                 if self.member(w) == command.get("to") and w.spec.kind in self.takes_commands:
                     self._queued[w.spec.name].append(command)
         if (member := self.member(worker)) is not None:
+            for command_id, outcome in (stats.get("commands_done") or {}).items():
+                if self._loads.get(command_id) == member:
+                    del self._loads[command_id]
+                    if outcome == "ok" and not self.metrics[member].frozen:
+                        # Its weights are now another member's: their return is what counts from here.
+                        self.metrics[member].returns.clear()
             self.metrics[member].take(worker, dict(stats))
 
     def answer(self, worker: WorkerState, workers: list[WorkerState]) -> dict[str, Any]:

@@ -64,15 +64,16 @@ class PBT:
     """Exploit and explore as a pure function of the members' scores (a seeded `rng`)."""
 
     def __init__(self, quantile: float, bounds: dict[str, tuple[float, float]],
-                 factors: dict[str, list[float]], rng: random.Random) -> None:
+                 factors: dict[str, list[float]], rng: random.Random, margin: float = 0.0) -> None:
         self.quantile = quantile
+        self.margin = margin
         self.bounds = bounds
         self.factors = factors
         self.rng = rng
 
     def decide(self, members: list[Member]) -> list[Copy]:
         """The copies to make now: each ready member of the bottom quantile copies one of the
-        top quantile that scores higher. Members without a score take no part."""
+        top quantile that scores higher by more than `margin`. Members without a score take no part."""
         ranked = sorted((m for m in members if m.score is not None), key=lambda m: m.score)
         if len(ranked) < 2:
             return []
@@ -83,7 +84,7 @@ class PBT:
             if not member.ready:
                 continue
             source = self.rng.choice(top)
-            if source.score > member.score:  # type: ignore[operator]
+            if source.score > member.score + self.margin:  # type: ignore[operator]
                 copies.append(Copy(member.name, source.name, self.explore(source.hyperparameters)))
         return copies
 
@@ -112,7 +113,7 @@ class PopulationWorker(Worker):
         hps = self.population.hyperparameters
         self.rule = PBT(self.population.quantile, {n: (hp.min, hp.max) for n, hp in hps.items()},
                         {n: list(hp.factors) for n, hp in hps.items()},
-                        random.Random(f"{self.spec.seed}-{self.spec.generation}"))
+                        random.Random(f"{self.spec.seed}-{self.spec.generation}"), self.population.margin)
         self.lineage = Path(self.spec.run_dir) / LINEAGE
         self.started = time.monotonic()
         #: Per member: when it last started afresh (its start or copy) and its version then.

@@ -147,6 +147,7 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         assert view["m1"]["hyperparameters"] == {"lr": 0.004}
         assert (view["m1"]["env_steps"], view["m1"]["episode_return_mean"], view["m1"]["policy_version"]) == (512, 25.0, 8)
         assert view["m0"]["env_steps"] == 0 and view["m0"]["episode_return_mean"] is None
+        assert population.answer(trainer1, everyone)["env_steps"] == 512  # its member's, for its checkpoints
         # Each member stops on its own numbers; the population once all have.
         assert population.stop_reason(everyone, 1.0) is None
         population.take(workers["m0.actor.0"], {"env_steps": 400_000}, everyone)

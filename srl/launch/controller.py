@@ -74,7 +74,8 @@ class Controller:
         self.metrics = RunMetrics()
         self.stop_rules = StopRules(config.stop)
         #: A population's members (None: one experiment).
-        self.population = Population(config, self.graph, self.run_dir.path) if config.population else None
+        self.population = (Population(config, self.graph, self.run_dir.path, resume)
+                           if config.population else None)
         self.supervisor = Supervisor(self.launcher, self.context, config.supervision, self._log_tail,
                                      on_replaced=self._retire)
         self.stop_reason = ""

@@ -22,10 +22,11 @@ from srl.api.graph import ResolvedGraph, member_config, member_dir
 from srl.launch.metrics import RunMetrics, StopRules, policy_version
 from srl.launch.run_dir import RunDir
 from srl.launch.supervision import WorkerState
+from srl.workers import checkpoint
 
 
 class Population:
-    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, run_dir: Path) -> None:
+    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, run_dir: Path, resume: bool = False) -> None:
         assert config.population is not None
         self.group_member = graph.members
         self.names = list(dict.fromkeys(graph.members.values()))
@@ -35,6 +36,8 @@ class Population:
         self.dirs = {m: RunDir(member_dir(run_dir, m), config.log.tensorboard) for m in self.names}
         for index, m in enumerate(self.names):  # `srl evaluate <run>/members/<m>` plays a member's policy
             self.dirs[m].write_config(dump(member_config(config, index)))
+            if resume and (path := checkpoint.latest(member_dir(run_dir, m) / "checkpoints")) is not None:
+                self.metrics[m].env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
         self.takes_commands = {kind for kind, cls in graph.kinds.items() if getattr(cls, "takes_commands", False)}
         #: Why each member stopped ("": it has not): the run stops once every member has.
         self.stopped = {m: "" for m in self.names}
@@ -73,12 +76,14 @@ class Population:
             self.metrics[member].take(worker, dict(stats))
 
     def answer(self, worker: WorkerState, workers: list[WorkerState]) -> dict[str, Any]:
-        """What goes into this worker's heartbeat answer beyond the run's own info."""
+        """What goes into this worker's heartbeat answer beyond (or instead of) the run's own info."""
         extra: dict[str, Any] = {}
         if commands := self._queued.pop(worker.spec.name, None):
             extra["commands"] = commands
-        if self.member(worker) is None:
+        if (member := self.member(worker)) is None:
             extra["members"] = self.view(workers)
+        else:  # its member's env steps, not the population's (its checkpoints record them)
+            extra["env_steps"] = self.metrics[member].total("env_steps", self._workers(member, workers))
         return extra
 
     def retire(self, worker: WorkerState) -> None:

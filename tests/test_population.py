@@ -3,7 +3,6 @@ relay of commands, live hyper-parameters, and one small population that really c
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from srl.api.graph import POPULATION_GROUP, Supervision, member_dir, resolve
 from srl.launch.graph import wire
 from srl.launch.population import Population
 from srl.launch.supervision import WorkerState
-from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
+from srl.workers.base import CONTROL_KEY, StreamEnd
 from srl.workers.population import PBT, Member
 
 LR = {"lr": (1e-4, 1e-2)}

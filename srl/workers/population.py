@@ -100,8 +100,6 @@ class PBT:
 class PopulationWorker(Worker):
     """The population manager: ranks the members now and then, and has the worse copy the better."""
 
-    ports: dict = {}
-
     class Config(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
         population: PopulationConfig
@@ -126,8 +124,8 @@ class PopulationWorker(Worker):
         self.sent = 0
         self.copies = 0
         self.failed = 0
-        self.last_look = 0.0
-        self.started_logged = False
+        #: A replacement (after a crash) does not log the members' start again.
+        self.started_logged = self.spec.generation > 0
 
     def poll(self) -> None:
         time.sleep(0.1)

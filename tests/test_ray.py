@@ -186,7 +186,7 @@ def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl
                      "population.interval_versions=2", "population.min_episodes=5", "population.margin=0",
                      "actors.count=1", "actors.envs_per_slot=16", "trainers.batch_steps=256",
                      "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                     "stop.env_steps=5000", "stop.time_s=150",
+                     "stop.env_steps=30000", "stop.time_s=90",
                      "log.tensorboard=false", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]

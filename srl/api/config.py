@@ -299,13 +299,9 @@ class PopulationConfig(Section):
     placement: Placement = Placement(num_cpus=0.1)
 
     @pydantic.model_validator(mode="after")
-    def _schedule_and_values(self) -> PopulationConfig:
+    def _has_a_schedule(self) -> PopulationConfig:
         if self.interval_s is None and self.interval_versions is None:
-            raise ValueError("population: set interval_s or interval_versions (or both)")
-        for name, hp in self.hyperparameters.items():
-            if hp.values is not None and len(hp.values) != self.size:
-                raise ValueError(f"population.hyperparameters.{name}.values: {len(hp.values)} values for "
-                                 f"{self.size} members (one per member)")
+            raise ValueError("set interval_s or interval_versions (or both)")
         return self
 
 
@@ -468,8 +464,12 @@ def validate_components(config: ExperimentConfig) -> ExperimentConfig:
 
 
 def check_population(population: PopulationConfig, args: dict[str, Any]) -> None:
-    """Every varied hyper-parameter is a numeric field of the algorithm's (validated) `args`."""
-    for name in population.hyperparameters:
+    """Every varied hyper-parameter is a numeric field of the algorithm's (validated) `args`,
+    with one starting value per member if any."""
+    for name, hp in population.hyperparameters.items():
+        if hp.values is not None and len(hp.values) != population.size:
+            raise ConfigError(f"population.hyperparameters.{name}.values: {len(hp.values)} values for "
+                              f"{population.size} members (one per member)")
         value = args.get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             numeric = sorted(k for k, v in args.items() if isinstance(v, (int, float)) and not isinstance(v, bool))

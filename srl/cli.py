@@ -117,13 +117,14 @@ def _status(args: argparse.Namespace) -> int:
     console.print(table)
     if status.get("population"):  # population-based training: each member and its settings now
         members = Table(title="population")
-        for column in ("member", "env_steps", "return", "version", "hyper-parameters"):
+        for column in ("member", "env_steps", "return", "version", "hyper-parameters", "copies", "last copied"):
             members.add_column(column)
         for m in status["population"]:
             ret = m.get("episode_return_mean")
             hps = " ".join(f"{k}={v:.4g}" for k, v in (m.get("hyperparameters") or {}).items())
             members.add_row(m["member"], f"{m['env_steps']:,}", "-" if ret is None else f"{ret:.1f}",
-                            str(m.get("policy_version")), hps or "-")
+                            str(m.get("policy_version")), hps or "-", str(m.get("copies", 0)),
+                            m.get("copied_from") or "-")
         console.print(members)
     for w in status["workers"]:  # replay buffers: what they hold and in how much memory
         s = w.get("stats") or {}

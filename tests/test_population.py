@@ -135,12 +135,20 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         view = population.answer(manager, everyone)["members"]
         assert view["m1"]["commands_done"] == {"0.1": "ok"}
         # A member that loads another's weights starts a new return window.
-        load = {"id": "0.2", "to": "m1", "load_checkpoint": str(tmp_path / "members" / "m0" / "checkpoints")}
+        load = {"id": "0.2", "to": "m1", "load_checkpoint": str(tmp_path / "members" / "m0" / "checkpoints"),
+                "source": "m0", "hyperparameters": {"lr": 0.004}}
         population.take(manager, {"commands": [load]}, everyone)
         assert population.answer(trainer1, everyone)["commands"] == [load]
         population.take(trainer1, {"commands_done": {"0.1": "ok", "0.2": "ok"}, "hyperparameters": {"lr": 0.004},
                                    "policy_version": 8}, everyone)
         assert population.answer(manager, everyone)["members"]["m1"]["episode_return_mean"] is None
+        rows = {r["member"]: r for r in population.rows(everyone)}
+        assert (rows["m1"]["copies"], rows["m1"]["copied_from"], rows["m0"]["copies"]) == (1, "m0", 0)
+        population.report(everyone, 2.5)  # writes the lineage's new lines
+        lineage = [json.loads(line) for line in (tmp_path / "lineage.jsonl").read_text().splitlines()]
+        assert [(r["event"], r["member"]) for r in lineage] == [("start", "m0"), ("start", "m1"), ("copy", "m1")]
+        assert lineage[0]["hyperparameters"] == {"lr": 0.001} and lineage[1]["hyperparameters"] == {"lr": 0.002}
+        assert (lineage[2]["copied"], lineage[2]["version"], lineage[2]["hyperparameters"]) == ("m0", 8, {"lr": 0.004})
         population.take(actor1, {"env_steps": 512, "episode_returns": [20.0, 30.0]}, everyone)
         view = population.answer(manager, everyone)["members"]
         assert view["m1"]["hyperparameters"] == {"lr": 0.004}
@@ -204,5 +212,6 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
         assert list((member_dir(run_dir, m) / "checkpoints").glob("ckpt-*.pt"))
     status = json.loads((run_dir / "status.json").read_text())
     assert [m["member"] for m in status["population"]] == ["m0", "m1"]
+    assert sum(m["copies"] for m in status["population"]) == len(copies)
     shown = run_srl("status", str(run_dir))
-    assert "population" in shown.stdout and "lr=" in shown.stdout
+    assert "population" in shown.stdout and "lr=" in shown.stdout and "last copied" in shown.stdout

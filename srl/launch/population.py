@@ -4,7 +4,7 @@ workers address to members, and what status and the summary show of the members.
 Members are groups of one graph (`srl.api.graph.population_graph`); a member's workers are
 those of its groups. Its metrics go to `members/<member>/metrics.jsonl`, counted from its
 own workers alone; a member that copies another starts a new return window (its weights
-are another's now). A worker outside every member (the population manager) gets every
+are another's now), and the copy is a line of `lineage.jsonl`. A worker outside every member (the population manager) gets every
 member's view with each heartbeat answer, and may send commands addressed to a member in
 its stats (`commands`: dicts with an `id` and `to`); each is handed once to every worker of
 that member whose kind `takes_commands`, with that worker's next heartbeat answer.
@@ -13,6 +13,8 @@ that member whose kind `takes_commands`, with that worker's next heartbeat answe
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,9 @@ from srl.launch.metrics import RunMetrics, StopRules, policy_version
 from srl.launch.run_dir import RunDir
 from srl.launch.supervision import WorkerState
 from srl.workers import checkpoint
+
+#: One line per member at the start (its hyper-parameters) and one per copy, in the run directory.
+LINEAGE = "lineage.jsonl"
 
 
 class Population:
@@ -42,8 +47,18 @@ class Population:
         #: Why each member stopped ("": it has not): the run stops once every member has.
         self.stopped = {m: "" for m in self.names}
         self._relayed: set[str] = set()
-        #: Commands relayed that load another member's weights, not yet done: id -> member.
-        self._loads: dict[str, str] = {}
+        #: Commands relayed that load another member's weights, not yet done, by id.
+        self._loads: dict[str, dict[str, Any]] = {}
+        #: Lines for lineage.jsonl not yet written (`report` and `close` write them).
+        self._lineage: list[dict[str, Any]] = []
+        self.lineage_path = run_dir / LINEAGE
+        if not resume:
+            for index, m in enumerate(self.names):
+                values = member_config(config, index).algorithm.args
+                self._note({"event": "start", "member": m, "hyperparameters": {k: values[k] for k in self.varied}})
+        #: Each member's copies so far, and the member it copied last.
+        self.copies: collections.Counter[str] = collections.Counter()
+        self.copied_from: dict[str, str] = {}
         self._queued: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         self._last: dict[str, tuple[float, int]] = {m: (time.monotonic(), 0) for m in self.names}
 
@@ -62,18 +77,42 @@ class Population:
                 continue
             self._relayed.add(str(command.get("id")))
             if command.get("load_checkpoint"):
-                self._loads[str(command.get("id"))] = str(command.get("to"))
+                self._loads[str(command.get("id"))] = command
             for w in workers:
                 if self.member(w) == command.get("to") and w.spec.kind in self.takes_commands:
                     self._queued[w.spec.name].append(command)
         if (member := self.member(worker)) is not None:
             for command_id, outcome in (stats.get("commands_done") or {}).items():
-                if self._loads.get(command_id) == member:
-                    del self._loads[command_id]
-                    if outcome == "ok" and not self.metrics[member].frozen:
-                        # Its weights are now another member's: their return is what counts from here.
-                        self.metrics[member].returns.clear()
+                if command_id in self._loads and self._loads[command_id].get("to") == member:
+                    self._copied(member, self._loads.pop(command_id), outcome, stats, workers)
             self.metrics[member].take(worker, dict(stats))
+
+    def _copied(self, member: str, command: dict[str, Any], outcome: str, stats: dict[str, Any],
+                workers: list[WorkerState]) -> None:
+        """A member's trainer has carried out a copy (`outcome` "ok") or failed to."""
+        source = str(command.get("source", ""))
+        if outcome != "ok":
+            self._note({"event": "copy_failed", "member": member, "copied": source, "error": outcome})
+            return
+        self.copies[member] += 1
+        self.copied_from[member] = source
+        why = command.get("why") if isinstance(command.get("why"), dict) else {}
+        self._note({"event": "copy", "member": member, "copied": source,
+                    "env_steps": self.metrics[member].total("env_steps", self._workers(member, workers)),
+                    **why, "checkpoint": stats.get("loaded"), "version": stats.get("policy_version"),
+                    "hyperparameters": command.get("hyperparameters") or {}})
+        if not self.metrics[member].frozen:
+            # Its weights are now another member's: their return is what counts from here.
+            self.metrics[member].returns.clear()
+
+    def _note(self, record: dict[str, Any]) -> None:
+        self._lineage.append({"time": round(time.time(), 3), **record})
+
+    def _write_lineage(self) -> None:
+        if self._lineage:
+            with open(self.lineage_path, "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in self._lineage))
+            self._lineage = []
 
     def answer(self, worker: WorkerState, workers: list[WorkerState]) -> dict[str, Any]:
         """What goes into this worker's heartbeat answer beyond (or instead of) the run's own info."""
@@ -112,7 +151,9 @@ class Population:
 
     # ---------------------------------------------------------------- reports
     def report(self, workers: list[WorkerState], elapsed: float) -> None:
-        """One metrics line per member, in its own directory (raises OSError as the run's does)."""
+        """One metrics line per member, in its own directory, and the lineage's new lines (raises
+        OSError as the run's metrics do)."""
+        self._write_lineage()
         now, view = time.monotonic(), self.view(workers)
         for m in self.names:
             mine = self._workers(m, workers)
@@ -144,8 +185,11 @@ class Population:
         view = self.view(workers)
         return [{"member": m, "episode_return_mean": view[m]["episode_return_mean"], "episodes": view[m]["episodes"],
                  "env_steps": view[m]["env_steps"], "policy_version": view[m]["policy_version"],
-                 "hyperparameters": view[m]["hyperparameters"], "stopped": self.stopped[m]} for m in self.names]
+                 "hyperparameters": view[m]["hyperparameters"], "copies": self.copies[m],
+                 "copied_from": self.copied_from.get(m), "stopped": self.stopped[m]} for m in self.names]
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # the run's summary says why, if the disk is full
+            self._write_lineage()
         for run_dir in self.dirs.values():
             run_dir.close()

@@ -11,19 +11,19 @@ trainers), and tells the manager every member's return, version, settings and wh
 commands are done. One copy takes two commands:
 
     manager -> source's trainer: {"save_checkpoint": true}           # its weights as they are now
-    manager -> member's trainer: {"load_checkpoint": <source's checkpoints>, "hyperparameters": {...}}
+    manager -> member's trainer: {"load_checkpoint": <source's checkpoints>, "source": <member>,
+                                  "hyperparameters": {...}}
 
-Each copy, and each member's starting values, is a line of `lineage.jsonl` in the run directory.
+The controller writes each member's starting values and each copy, once its trainer has
+loaded it, to `lineage.jsonl` in the run directory (`srl.launch.population`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -34,7 +34,6 @@ from srl.workers.base import Worker
 
 log = logging.getLogger(__name__)
 
-LINEAGE = "lineage.jsonl"
 #: A command not done within this long is given up (the member is ranked again later).
 COMMAND_TIMEOUT_S = 120.0
 
@@ -112,7 +111,6 @@ class PopulationWorker(Worker):
         self.rule = PBT(self.population.quantile, {n: (hp.min, hp.max) for n, hp in hps.items()},
                         {n: list(hp.factors) for n, hp in hps.items()},
                         random.Random(f"{self.spec.seed}-{self.spec.generation}"), self.population.margin)
-        self.lineage = Path(self.spec.run_dir) / LINEAGE
         self.started = time.monotonic()
         #: Per member: when it last started afresh (its start or copy) and its version then.
         self.since = {m: self.started for m in self.members}
@@ -124,8 +122,6 @@ class PopulationWorker(Worker):
         self.sent = 0
         self.copies = 0
         self.failed = 0
-        #: A replacement (after a crash) does not log the members' start again.
-        self.started_logged = self.spec.generation > 0
 
     def poll(self) -> None:
         time.sleep(0.1)
@@ -133,10 +129,6 @@ class PopulationWorker(Worker):
         varied = set(self.population.hyperparameters)
         if not all(varied <= set((view.get(m) or {}).get("hyperparameters") or {}) for m in self.members):
             return  # not every member's trainer has reported its settings yet
-        if not self.started_logged:
-            for m in self.members:
-                self._write({"event": "start", "member": m, "hyperparameters": self._values(view[m])})
-            self.started_logged = True
         self._advance(view)
         now = time.monotonic()
         busy = {m for p in self.pending.values() for m in (p["copy"].member, p["copy"].source)}
@@ -169,18 +161,16 @@ class PopulationWorker(Worker):
                 checkpoints = member_dir(self.spec.run_dir, copy.source) / "checkpoints"
                 p["stage"], p["source_version"] = "load", view[copy.source].get("policy_version")
                 p["at"] = time.monotonic()
-                p["id"] = self._send(member, {"load_checkpoint": str(checkpoints),
-                                              "hyperparameters": copy.hyperparameters})
+                # `source` and `why` are for the lineage the controller writes; the trainer reads the rest.
+                p["id"] = self._send(member, {"load_checkpoint": str(checkpoints), "source": copy.source,
+                                              "hyperparameters": copy.hyperparameters,
+                                              "why": {"return": p["score"], "source_return": p["source_score"],
+                                                      "source_version": p["source_version"]}})
                 continue
             del self.pending[member]
             self.copies += 1
             self.since[member] = time.monotonic()
             self.version_at[member] = int(view[member].get("policy_version") or 0)
-            self._write({"event": "copy", "member": member, "copied": copy.source,
-                         "env_steps": view[member].get("env_steps"), "return": p["score"],
-                         "source_return": p["source_score"], "source_version": p.get("source_version"),
-                         "checkpoint": view[member].get("loaded"), "version": view[member].get("policy_version"),
-                         "hyperparameters": copy.hyperparameters})
             log.info("%s copied %s (return %.1f < %.1f); hyper-parameters now %s", member, copy.source,
                      p["score"], p["source_score"], copy.hyperparameters)
 
@@ -203,10 +193,6 @@ class PopulationWorker(Worker):
         self.version_at.setdefault(member, version)
         return ((p.interval_s is not None and now - self.since[member] >= p.interval_s)
                 or (p.interval_versions is not None and version - self.version_at[member] >= p.interval_versions))
-
-    def _write(self, record: dict[str, Any]) -> None:
-        with open(self.lineage, "a") as f:
-            f.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "outbox"):

@@ -161,7 +161,7 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         population.take(actor1, {"env_steps": 400_000}, everyone)
         assert population.stop_reason(everyone, 2.0).startswith("every member: m0 env_steps reached")
     finally:
-        population.close()
+        population.close(population.rows(list(workers.values())))
 
 
 def test_ppo_takes_a_new_learning_rate_live():
@@ -203,12 +203,14 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
     trainer_log = (member_dir(run_dir, member) / "logs" / f"{member}.trainer.0.log").read_text()
     assert f"{run_dir}/members/{source}/checkpoints/{first['checkpoint']}" in trainer_log
     summary = json.loads((run_dir / "summary.json").read_text())
-    now = {m["member"]: m["hyperparameters"]["lr"] for m in summary["members"]}
+    members_now = {m["member"]: m for m in summary["members"]}
+    now = {m: row["hyperparameters"]["lr"] for m, row in members_now.items()}
     last = [r for r in copies if r["member"] == member][-1]
     # changed live, and reported back by the trainer
     assert now[member] == pytest.approx(last["hyperparameters"]["lr"]) and now[member] != starts[member]
     for m in ("m0", "m1"):
         assert (member_dir(run_dir, m) / "metrics.jsonl").read_text().strip()
+        assert json.loads((member_dir(run_dir, m) / "summary.json").read_text()) == members_now[m]
         assert list((member_dir(run_dir, m) / "checkpoints").glob("ckpt-*.pt"))
     status = json.loads((run_dir / "status.json").read_text())
     assert [m["member"] for m in status["population"]] == ["m0", "m1"]

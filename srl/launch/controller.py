@@ -316,7 +316,7 @@ class Controller:
                         **self.metrics.reported}
         if self.population is not None:
             self.summary["members"] = self.population.rows(workers)
-            self.population.close()
+            self.population.close(self.summary["members"])
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:
             errors["run_dir"] = self.write_error

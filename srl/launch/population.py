@@ -188,8 +188,12 @@ class Population:
                  "hyperparameters": view[m]["hyperparameters"], "copies": self.copies[m],
                  "copied_from": self.copied_from.get(m), "stopped": self.stopped[m]} for m in self.names]
 
-    def close(self) -> None:
+    def close(self, rows: list[dict[str, Any]]) -> None:
+        """Write the lineage's last lines and each member's `summary.json` (one of `rows`), so
+        that a member's directory reads as a run (`srl plot <run>/members/m0`)."""
         with contextlib.suppress(OSError):  # the run's summary says why, if the disk is full
             self._write_lineage()
+            for row in rows:
+                self.dirs[row["member"]].write_summary(row)
         for run_dir in self.dirs.values():
             run_dir.close()

@@ -170,7 +170,7 @@ class ReplayConfig(Section):
     beta: float = Field(0.4, ge=0, le=1)
     #: Batches sent and not yet taken by the trainer, at most.
     batches_in_flight: PositiveInt = 2
-    #: Save the buffers' contents with the checkpoints and reload them on --resume.
+    #: Save the buffers' contents with the checkpoints; a replaced buffer and a --resume reload them.
     save_contents: bool = False
 
 

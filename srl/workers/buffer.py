@@ -48,8 +48,9 @@ def make_buffer(settings: dict[str, Any], seed: int = 0) -> ReplayBuffer:
 
 class BufferWorker(Worker):
     ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce")}
-    # A replaced buffer starts empty, unless `replay.save_contents` kept what it held.
-    supervision = Supervision(scope="worker")
+    # A replaced buffer reloads what it last saved when `replay.save_contents` is on (a
+    # restart, like a resumed run, starts "from the checkpoint"); otherwise it starts empty.
+    supervision = Supervision(scope="worker", from_checkpoint=True)
     counters = ()
 
     def setup(self) -> None:

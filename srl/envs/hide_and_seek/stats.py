@@ -85,8 +85,8 @@ class ToolUse:
         lifted = qpos[self._seeker_z] > self._lifted
         if lifted.any():
             on = self._under(qpos.reshape(-1, 4), self._seeker_rows[lifted])
-            self.on_box_steps += bool((on & ~self.is_ramp).any())
-            self.on_ramp_steps += bool((on & self.is_ramp).any())
+            self.on_box_steps += bool(on[self.boxes].any())
+            self.on_ramp_steps += bool(on[self.ramps].any())
 
     def _under(self, bodies: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per object: whether the centre of any of these agents is above its footprint."""

@@ -8,17 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from srl.api.config import validate
 from srl.api.env import EPISODE_STATS, AgentStep
-from srl.api.graph import resolve
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.fake import FakeEnv
 from srl.envs.slots import EnvSlot
-from srl.launch.graph import wire
 from srl.launch.metrics import RETURN_WINDOW, RunMetrics
 from srl.launch.supervision import WorkerState
-from srl.workers.base import StreamEnd
 from srl.workers.env_ring import EnvRing
 
 
@@ -56,12 +52,10 @@ def test_stats_of_finished_episodes_come_out_of_the_ring_once():
 
 
 def _workers() -> dict[str, WorkerState]:
-    config = validate({"name": "t", "env": {"type": "fake"}, "actors": {"count": 2}, "stop": {"env_steps": 10}})
-    specs = {s.name: s for s in wire(resolve(config), "auto", lambda name: "h", seed=1, run_dir="/tmp/x",
-                                     control=StreamEnd("control", "shm"))}
-    return {"actor.0": WorkerState(specs["actor.0"], None, ("env_steps", "episode_returns")),
-            "actor.1": WorkerState(specs["actor.1"], None, ("env_steps", "episode_returns")),
-            "trainer.0": WorkerState(specs["trainer.0"], None, ("trained_steps",))}
+    """Two actors and a trainer, as the run's metrics see them: what each kind counts, and its stats."""
+    return {"actor.0": WorkerState(None, None, ("env_steps", "episode_returns")),
+            "actor.1": WorkerState(None, None, ("env_steps", "episode_returns")),
+            "trainer.0": WorkerState(None, None, ("trained_steps",))}
 
 
 def test_run_metrics_average_each_statistic_over_the_window():

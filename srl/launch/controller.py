@@ -281,6 +281,7 @@ class Controller:
                         "policy_version": policy_version(workers),
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
+                        **({"env": self.metrics.env_stats()} if self.metrics.episode_stats else {}),
                         **self.metrics.reported}
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:

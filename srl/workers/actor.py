@@ -130,7 +130,8 @@ class ActorWorker(Worker):
         blocked_frac = round(min(blocked / max(now - self._blocked_at[0], 1e-9), 1.0), 3)
         self._blocked_at = (now, self.samples.blocked_s)
         return {"env_steps": self.ring.env_steps, "fps": self.ring.env_steps / elapsed,
-                "episode_returns": returns, "episode_lengths": lengths, "trajectories": self.trajectories,
+                "episode_returns": returns, "episode_lengths": lengths,
+                "episode_stats": self.ring.pop_episode_stats(), "trajectories": self.trajectories,
                 "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
                 "sample_slots": self.samples.slots, "blocked_frac": blocked_frac}
 

@@ -224,9 +224,15 @@ def test_duel_shots_hit_on_the_line_and_the_game_has_a_winner():
     assert steps["player_0"].terminated and steps["player_0"].info["winner"] is None
     assert sum(s.reward for s in steps.values()) == 0.0
     env.reset(seed=1)
+    env.pos = [[1, 2], [3, 2]]  # as near the centre (2, 2) as each other
     for _ in range(10):
         steps = env.step({"player_0": 0, "player_1": 0})
-    assert steps["player_1"].truncated and steps["player_1"].info["winner"] is None  # time out, equal hit points
+    assert steps["player_1"].truncated and steps["player_1"].info["winner"] is None  # time out, even
+    env.reset(seed=1)
+    env.pos = [[1, 1], [4, 3]]
+    for _ in range(10):
+        steps = env.step({"player_0": 0, "player_1": 0})
+    assert steps["player_1"].info["winner"] == "player_0" and steps["player_0"].reward == 1.0  # nearer the centre
     a, b = DuelEnv(), DuelEnv()
     assert all(np.array_equal(a.reset(seed=3)[k].obs[keys.OBS], b.reset(seed=3)[k].obs[keys.OBS]) for k in a.agent_ids)
 

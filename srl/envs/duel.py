@@ -6,8 +6,10 @@ the four directions. Moves resolve first (two players moving onto one cell, or t
 other, both stay put), then shots: a shot hits when the other player now stands anywhere on
 that ray. A player that shot cannot shoot again for `cooldown` steps (the shot is then a
 no-op). A hit costs one of `hp` hit points. The game ends when a player is out of hit points
-(both at once: a draw) or after `max_steps` steps, when the player with more hit points wins
-(equal: a draw).
+(both at once: a draw) or after `max_steps` steps, when the player with more hit points wins;
+with equal hit points, the one nearer the arena's centre (Manhattan distance; equal: a draw).
+The centre rule makes holding the middle worth a fight: without it, two careful players
+dodge each other until time runs out, and most games are draws.
 
 So aiming is not enough: a shot lands where the other player will be, and a player on a line
 with the other can step off it. A random player rarely survives a trained one.
@@ -110,9 +112,15 @@ class DuelEnv(Env):
         self.t += 1
         over = min(self.hp) <= 0 or self.t >= self.max_steps
         winner = None
-        if over and self.hp[0] != self.hp[1]:
-            w = 0 if self.hp[0] > self.hp[1] else 1
-            winner = self.agent_ids[w]
+        if over:
+            c = (self.size - 1) / 2
+            off = [abs(p[0] - c) + abs(p[1] - c) for p in self.pos]
+            if self.hp[0] != self.hp[1]:
+                winner = self.agent_ids[0 if self.hp[0] > self.hp[1] else 1]
+            elif min(self.hp) > 0 and off[0] != off[1]:  # time is up, even: the one nearer the centre
+                winner = self.agent_ids[0 if off[0] < off[1] else 1]
+        if winner is not None:
+            w = self.agent_ids.index(winner)
             reward[w] += 1.0
             reward[1 - w] -= 1.0
         self.returns[0] += reward[0]

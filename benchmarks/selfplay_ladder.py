@@ -4,6 +4,10 @@ side (draws count half in the score). A check of the rating that uses no rating:
 version is stronger than the past, it wins against it, and more clearly the older the version.
 
     python benchmarks/selfplay_ladder.py runs/duel-selfplay/<run> --games 200 --every 5
+    python benchmarks/selfplay_ladder.py RUN_A --against RUN_B RUN_C   # newest against newest, run by run
+
+With `--against`, the newest version of RUN plays the newest version of each other run instead
+(runs of one env and policy, e.g. one config with different opponent strategies).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=5, help="play every n-th pool version (and the first)")
     parser.add_argument("--envs", type=int, default=20)
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--against", type=Path, nargs="+", help="other runs: play their newest versions instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -39,15 +44,19 @@ def main() -> None:
     newest, opponent = (make_policy(config["policy"], *spaces_of(envs[0])) for _ in range(2))
     newest.load_state_dict(checkpoint.load(entries[-1].path)["policy"])
     rows = []
-    for i, entry in enumerate(entries):
-        if i % args.every and entry is not entries[-1]:
-            continue
+    if args.against:
+        opponents = [Pool(pool_path(run)).entries()[-1] for run in args.against]
+    else:
+        opponents = [e for i, e in enumerate(entries) if i % args.every == 0 or e is entries[-1]]
+    for i, entry in enumerate(opponents):
         opponent.load_state_dict(checkpoint.load(entry.path)["policy"])
-        games = play_games(envs, seats, newest, opponent, args.games, seed=1_000_000 + i, deterministic=args.deterministic)
+        games = play_games(envs, seats, newest, opponent, args.games, seed=1_000_000 + i,
+                           deterministic=args.deterministic)
         score = (games.wins + 0.5 * games.draws) / args.games
-        rows.append({"opponent_version": entry.version, "opponent_rating_mu": entry.metadata["rating"]["mu"],
+        mu = entry.metadata["rating"]["mu"]
+        rows.append({"opponent": str(entry.path), "opponent_version": entry.version, "opponent_rating_mu": mu,
                      "wins": games.wins, "draws": games.draws, "losses": games.losses, "score": score})
-        print(f"v{entries[-1].version} vs v{entry.version:<5d} (mu {entry.metadata['rating']['mu']:5.1f}): "
+        print(f"v{entries[-1].version} vs {entry.path.parent.parent.name}/v{entry.version:<5d} (mu {mu:5.1f}): "
               f"{games.wins:4d} won {games.draws:4d} drawn {games.losses:4d} lost  score {score:.2f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"newest_version": entries[-1].version, "games": args.games, "rows": rows}))

@@ -45,7 +45,8 @@ def test_pool_keeps_versions_with_tags_metadata_and_results(tmp_path):
     pool.tag(b.id, "best")
     pool.untag(a.id, "snapshot")
     assert pool.get(b.id).tags == ("best", "snapshot") and pool.get(a.id).tags == ("initial",)
-    assert pool.update_metadata(a.id, {"eval_return": 1.5}) == {"rating": {"mu": 25.0, "sigma": 8.3}, "eval_return": 1.5}
+    merged = pool.update_metadata(a.id, {"eval_return": 1.5})
+    assert merged == {"rating": {"mu": 25.0, "sigma": 8.3}, "eval_return": 1.5}
     with pytest.raises(KeyError, match="no version with id 99"):
         pool.update_metadata(99, {})
     for wins, draws, losses in ((1, 0, 3), (2, 2, 0), (4, 0, 0)):
@@ -347,7 +348,8 @@ def test_league_freezes_versions_and_rates_the_newest_against_them(tmp_path):
     metrics = league.play_round(0.0)
     assert metrics["selfplay_games"] == 3 * 8 and sorted(metrics["selfplay_opponents"]) == [0, 4, 6]
     assert 0.0 <= metrics["eval_win_rate"] <= 1.0 and "eval_win_rate_initial" in metrics
-    assert metrics["selfplay_rating"] == pytest.approx(metrics["selfplay_rating_mu"] - 3 * metrics["selfplay_rating_sigma"])
+    mu, sigma = metrics["selfplay_rating_mu"], metrics["selfplay_rating_sigma"]
+    assert metrics["selfplay_rating"] == pytest.approx(mu - 3 * sigma)
     assert metrics["selfplay_rating_sigma"] < Ratings().initial().sigma
     assert all(e.games == 8 for e in pool.entries())
     saved = pool.state("player_rating")

@@ -232,7 +232,8 @@ def with_self_play(graph: Graph, config: ExperimentConfig) -> Graph:
     settings = c.model_dump(exclude={"placement"})
     actor = graph.groups["actor"]
     league = Group(kind="league", count=1, placement=_niced(c.placement, SAMPLER_NICE),
-                   settings={"env": config.env.model_dump(), "policy": config.policy.model_dump(), "self_play": settings},
+                   settings={"env": config.env.model_dump(), "policy": config.policy.model_dump(),
+                             "self_play": settings},
                    streams={"parameters": "parameters"})
     return Graph(groups={**graph.groups, "actor": actor.model_copy(update={"settings": {**actor.settings,
                                                                                          "self_play": settings}}),

@@ -229,5 +229,5 @@ class _Transaction:
     def __enter__(self) -> None:
         self.db.execute(self.begin)
 
-    def __exit__(self, kind: type | None, *_: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")

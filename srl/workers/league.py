@@ -82,8 +82,10 @@ class League:
         self.version, self.env_steps = version, env_steps
 
     def snapshot_due(self) -> bool:
-        return self.version >= 0 and (self.snapshot_version is None
-                                      or self.version - self.snapshot_version >= self.settings["snapshot_every_versions"])
+        if self.version < 0:
+            return False
+        last = self.snapshot_version
+        return last is None or self.version - last >= self.settings["snapshot_every_versions"]
 
     def snapshot(self) -> Entry:
         """Freeze the held version into the pool, with the newest version's rating as its own."""
@@ -94,8 +96,8 @@ class League:
         except OSError as exc:
             raise FatalError(f"cannot write a pool version: {exc}") from exc
         tags = [SNAPSHOT] + ([INITIAL] if not self.pool.entries(tag=INITIAL) else [])
-        entry = self.pool.add(self.version, self.env_steps, f"{name}.pt", tags,
-                              {"rating": self.rating.as_dict(), "rating_conservative": self.ratings.conservative(self.rating)})
+        metadata = {"rating": self.rating.as_dict(), "rating_conservative": self.ratings.conservative(self.rating)}
+        entry = self.pool.add(self.version, self.env_steps, f"{name}.pt", tags, metadata)
         self.snapshot_version = self.version
         for gone in self.pool.prune(self.settings["pool_size"], protect=INITIAL):
             gone.path.unlink(missing_ok=True)

@@ -74,7 +74,8 @@ class SelfPlay:
         self.last_try = -np.inf
 
     @classmethod
-    def open(cls, settings: dict[str, Any], slot: Slot, run_dir: str | Path, make_policy: Callable[[], Policy]) -> SelfPlay:
+    def open(cls, settings: dict[str, Any], slot: Slot, run_dir: str | Path,
+             make_policy: Callable[[], Policy]) -> SelfPlay:
         """An actor's self-play on the run's pool; its draws follow the process's seeded generator."""
         try:
             return cls(settings, slot, Pool(pool_path(run_dir)), make_policy,

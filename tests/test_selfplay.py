@@ -284,7 +284,7 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
     slot = EnvSlot(envs, [0, 1])
     pool = Pool(pool_path(tmp_path))
     settings = {**SELF_PLAY, "learner": ["agent_0", "agent_2"], "opponent": "latest", "opponent_episodes": 1.0}
-    self_play = SelfPlay(settings, slot, pool, lambda: ConstantPolicy(), np.random.default_rng(0))
+    self_play = SelfPlay(settings, [slot], pool, lambda: ConstantPolicy(), np.random.default_rng(0))
     learner = ConstantPolicy(c=1)
     learner.version = 7
     inference = self_play.wrap(InlineInference(learner, None))
@@ -322,8 +322,12 @@ def test_a_pruned_version_is_skipped(tmp_path):
     gone = _freeze(pool, c=2, version=0)
     gone.path.unlink()
     slot = EnvSlot([FakeEnv(n_agents=2)], [0])
-    self_play = SelfPlay({**SELF_PLAY, "learner": ["agent_0"]}, slot, pool, ConstantPolicy, np.random.default_rng(0))
+    self_play = SelfPlay({**SELF_PLAY, "learner": ["agent_0"]}, [slot], pool, ConstantPolicy,
+                         np.random.default_rng(0))
     assert self_play.current() is None
+    two_slots = SelfPlay({**SELF_PLAY, "learner": ["agent_0"]}, [slot, EnvSlot([FakeEnv(n_agents=2)] * 3, [0] * 3)],
+                         pool, ConstantPolicy, np.random.default_rng(0))
+    assert two_slots.envs == 4  # a draw is due after episodes of all the actor's envs
     _freeze(pool, c=4, version=5)
     self_play.draw()
     assert self_play.opponent.version == 5

@@ -61,7 +61,7 @@ class ActorWorker(Worker):
         #: Self-play: frozen opponents from the pool act for the other team; only the learner's rows are sent.
         self.self_play = None
         if s.get("self_play"):
-            self.self_play = SelfPlay.open(s["self_play"], slots[0], self.spec.run_dir,
+            self.self_play = SelfPlay.open(s["self_play"], slots, self.spec.run_dir,
                                            lambda: make_policy(s["policy"], *slots[0].spaces))
             self.inference = self.self_play.wrap(self.inference)
         self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)

@@ -3,7 +3,7 @@ and only the learner's agents make samples.
 
 The actor wraps its inference client and filters its trajectories; nothing else changes:
 
-    self_play = SelfPlay.open(settings, slots[0], run_dir, make_policy)
+    self_play = SelfPlay.open(settings, slots, run_dir, make_policy)
     inference = self_play.wrap(inference)          # learner rows: the policy; opponent rows: the frozen one
     ...
     samples.put(self_play.samples_of(trajectory))  # the learner's rows only; counts finished episodes
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,10 @@ EMPTY_POOL_RETRY_S = 1.0
 class SelfPlay:
     """Which rows learn, which opponent plays the others, and when to draw the next one."""
 
-    def __init__(self, settings: dict[str, Any], slot: Slot, pool: Pool, make_policy: Callable[[], Policy],
-                 rng: np.random.Generator) -> None:
+    def __init__(self, settings: dict[str, Any], slots: Sequence[Slot], pool: Pool,
+                 make_policy: Callable[[], Policy], rng: np.random.Generator) -> None:
         self.settings = settings
+        slot = slots[0]  # every slot of an actor has the same rows
         if not hasattr(slot, "agents"):
             raise ValueError("self_play: needs a multi-agent env stepped by the python backend (env.backend: python)")
         agents = list(slot.agents)
@@ -64,7 +65,8 @@ class SelfPlay:
         self.opponent_rows = np.array([r for r in range(slot.rows) if agents[r % n] not in mine])
         #: Per env, the learner's agents (one episode ends once per env, counted on its first learner agent).
         self.learner_per_env = len(mine)
-        self.envs = slot.n_envs
+        #: The actor's envs, over all its slots (a draw is due after `opponent_episodes` episodes each).
+        self.envs = sum(s.n_envs for s in slots)
         self.pool, self.make_policy, self.rng = pool, make_policy, rng
         self.loaded: OrderedDict[int, Policy] = OrderedDict()
         self.opponent: Entry | None = None
@@ -74,11 +76,11 @@ class SelfPlay:
         self.last_try = -np.inf
 
     @classmethod
-    def open(cls, settings: dict[str, Any], slot: Slot, run_dir: str | Path,
+    def open(cls, settings: dict[str, Any], slots: Sequence[Slot], run_dir: str | Path,
              make_policy: Callable[[], Policy]) -> SelfPlay:
         """An actor's self-play on the run's pool; its draws follow the process's seeded generator."""
         try:
-            return cls(settings, slot, Pool(pool_path(run_dir)), make_policy,
+            return cls(settings, slots, Pool(pool_path(run_dir)), make_policy,
                        np.random.default_rng(np.random.randint(2**31)))
         except ValueError as exc:  # the learner's patterns do not fit the env: a restart cannot help
             raise FatalError(str(exc)) from exc

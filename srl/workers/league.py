@@ -74,7 +74,7 @@ class League:
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.version, self.env_steps = -1, 0
-        self.rounds, self.games_played = 0, 0
+        self.rounds, self.games_played, self.matches = 0, 0, 0
         self.last_round = -math.inf
 
     def hold(self, version: int, weights: Any, env_steps: int) -> None:
@@ -145,7 +145,8 @@ class League:
         except (OSError, checkpoint.CheckpointError) as exc:
             log.warning("cannot load pool version %d (%s): skipped this round", entry.version, exc)
             return None
-        seed = self.seed + self.games_played * 7919
+        self.matches += 1  # each match plays fresh starts
+        seed = self.seed + self.matches * self.settings["episodes"]
         return play_games(self.envs, self.seats, self.learner, self.opponent, self.settings["episodes"], seed,
                           self.settings["deterministic"])
 

@@ -34,6 +34,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                     "2 CPU cores", "docs/replay.md"),
     "spread-qmix": ("random policy −27.5; −22.5 after 19k–21k env steps; −16.9 to −17.9 at 150k (seeds 1–3), 2 CPU cores",
                     "docs/replay.md"),
+    "duel-selfplay": ("rating of the newest version against its frozen pool 12.1 → 61.2 and 14.1 → 49.8 "
+                      "(seeds 1, 2) in 180 s, 1.11M–1.23M env steps, 2 CPU cores", "docs/selfplay.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }

@@ -28,6 +28,7 @@ run. At the end it checks and reports:
     python benchmarks/chaos_soak.py --minutes 30 --json soak.json
     python benchmarks/chaos_soak.py --config cartpole-dqn --minutes 10   # the replay graph
     python benchmarks/chaos_soak.py --minutes 3                          # a quick check
+    python benchmarks/chaos_soak.py --no-kills --minutes 10 streams.when_full=drop_oldest   # memory only
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def soak(args: argparse.Namespace) -> dict:
                 seen_pids.update(w["pid"] for w in workers.values() if w["pid"])
             if started_at is None and workers and all(w["state"] == "running" for w in workers.values()):
                 started_at = now
-                next_kill = now + rng.uniform(args.min_gap, args.max_gap)
+                next_kill = None if args.no_kills else now + rng.uniform(args.min_gap, args.max_gap)
             if now >= next_rss and workers:
                 for p in run_processes(root):
                     try:
@@ -310,7 +311,7 @@ def soak(args: argparse.Namespace) -> dict:
         "wall_s": round(end_t, 1),
         "stderr_tail": (workdir / "stderr.txt").read_text(errors="replace")[-3000:],
     }
-    result["passed"] = bool(result["all_recovered"] and kills and result["checkpoints"]["valid"]
+    result["passed"] = bool(result["all_recovered"] and (kills or args.no_kills) and result["checkpoints"]["valid"]
                             and result["max_growth"] is not None and result["max_growth"] < 0.05
                             and (result["return_best"] or 0) >= args.return_threshold
                             and summary and not left_shm and not alive and not result["clean"]["private_dir_left"])
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="seeds which worker is killed when")
     parser.add_argument("--min-gap", type=float, default=20.0, help="seconds between kills, at least")
     parser.add_argument("--max-gap", type=float, default=60.0, help="seconds between kills, at most")
+    parser.add_argument("--no-kills", action="store_true", help="kill nothing: a plain memory soak")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between RSS samples")
     parser.add_argument("--warmup", type=float, help="seconds of RSS left out of growth (default: 10%%, >= 30 s)")
     parser.add_argument("--recover-within", type=float, default=60.0, help="seconds a kill has to recover")

@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import kill_run, srl_command
@@ -251,3 +252,29 @@ def test_a_worker_that_cannot_start_stops_the_run_at_once(run_srl, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "failed to start" in summary["stop_reason"] and "NoSuchEnv" in summary["stop_reason"]
     assert all(w["restarts"] == 0 for w in _status(run_dir)["workers"])
+
+
+def test_a_replaced_buffer_reloads_its_saved_contents(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-dqn", "--run-dir", str(run_dir), "replay.count=1", "trainers.count=1",
+                    "actors.count=1", "replay.save_contents=true", "checkpoint.every_s=1",
+                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=60", "log.tensorboard=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    contents = run_dir / "checkpoints" / "replay-0.npz"
+    try:
+        def saved_and_running():
+            buffer = _worker(run_dir, "buffer.0")
+            return contents.exists() and buffer and buffer["state"] == "running" and buffer["stats"] and buffer
+        victim = _wait_for(saved_and_running, 60, "buffer.0 saving its contents", process)
+        os.kill(victim["pid"], signal.SIGKILL)
+        # What it saved last before the kill, at least: held at once by its replacement,
+        # before its actor could have refilled it (the saved trajectories, 16 env steps each).
+        saved = int(np.load(contents, allow_pickle=False)["counters"][0]) * 16
+        replaced = lambda: ((w := _worker(run_dir, "buffer.0")) and w["restarts"] == 1  # noqa: E731
+                            and w["pid"] != victim["pid"] and w["stats"] and w)
+        buffer = _wait_for(replaced, 60, "buffer.0 replaced", process)
+        assert buffer["stats"]["held_steps"] >= min(saved, 100_000) > 0
+        assert buffer["stats"]["held_steps"] > buffer["stats"]["taken_steps"]  # not refilled by its actor
+    finally:
+        kill_run(process, run_dir)

@@ -252,3 +252,60 @@ def test_speed_benchmark_smoke(tmp_path):
                              "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(out.read_text())["steps"] == 20
+
+
+def test_tool_use_stats_of_a_pushed_and_locked_box():
+    """A hider pushes a box and locks it in the preparation phase; a seeker locks the other box after it."""
+    env = open_floor(n_boxes=2, prep_fraction=0.5, episode_length=20)
+    env.teleport({"hider_0": (-1.0, 0.0, 0.0), "box0": (-0.45, 0.0, 0.0), "seeker_0": (0.95, 0.0, 0.0),
+                  "box1": (1.5, 0.0, 0.0), "hider_1": CORNERS["hider_1"], "seeker_1": CORNERS["seeker_1"]})
+    start = env.data.qpos.reshape(-1, 4)[4:6, :3].copy()
+    for _ in range(6):
+        env.step(act(hider_0=np.array([10, 5, 5, 0, 0])))  # push box0 along +x
+    env.step(act(hider_0=np.array([5, 5, 5, 0, 1])))  # lock it
+    assert env.lock_team[0] == 0
+    seeker_rewards, infos = [], {}
+    while env.agents:  # the seeker presses lock every other step; it can once the preparation is over
+        pressing = np.array([5, 5, 5, 0, env.t % 2])
+        _, rewards, *_, infos = env.step(act(seeker_0=pressing))
+        if env.t > env.prep_steps:
+            seeker_rewards.append(rewards["seeker_0"])
+        if env.agents:
+            assert not any(infos.values())  # only the last step carries the episode's statistics
+    assert env.lock_team.tolist() == [0, 1]
+    stats = infos["seeker_1"]["episode_stats"]
+    assert all(info["episode_stats"] == stats for info in infos.values())
+    moved = np.linalg.norm(env.data.qpos.reshape(-1, 4)[4:6, :3] - start, axis=1)
+    assert moved[0] > 0.2 and moved[1] < 0.01
+    assert stats["box_move_max_m"] == pytest.approx(moved[0])
+    assert stats["box_move_mean_m"] == pytest.approx(moved.mean())
+    assert stats["box_move_prep_max_m"] == pytest.approx(moved[0], abs=0.01)  # box0 was locked before the phase ended
+    assert (stats["box_locked_prep"], stats["box_locked"]) == (1.0, 2.0)
+    # The seeker's five presses after the preparation: lock, unlock, lock, unlock, lock.
+    assert (stats["locks_by_hiders"], stats["locks_by_seekers"]) == (1.0, 3.0)
+    assert stats["seeker_on_box_frac"] == 0.0  # beside a box is not on it
+    assert stats["hider_seen_frac"] == pytest.approx(np.mean(np.array(seeker_rewards) > 0))
+    assert not any(key.startswith("ramp") for key in stats)  # no ramps in this episode
+    env.reset(seed=1)  # the next episode counts from zero
+    while env.agents:
+        *_, infos = env.step(act())
+    stats = infos["hider_0"]["episode_stats"]
+    assert (stats["box_locked"], stats["locks_by_hiders"], stats["locks_by_seekers"]) == (0.0, 0.0, 0.0)
+    assert stats["box_move_max_m"] < 0.01
+
+
+def test_tool_use_stats_of_a_seeker_running_up_a_ramp():
+    """A hider locks a ramp; a seeker runs up it and off its high end."""
+    env = open_floor(n_boxes=0, n_ramps=1, episode_length=20)
+    env.teleport({"hider_0": (0.0, 0.85, -np.pi / 2), "ramp0": (0.0, 0.3, 0.0), "seeker_0": (-0.9, 0.3, 0.0),
+                  "hider_1": CORNERS["hider_1"], "seeker_1": CORNERS["seeker_1"]})
+    env.step(act(hider_0=np.array([5, 5, 5, 0, 1])))
+    heights = []
+    while env.agents:
+        *_, infos = env.step(act(seeker_0=np.array([10, 5, 5, 0, 0])))
+        heights.append(env.data.qpos.reshape(-1, 4)[2, 2])
+    stats = infos["hider_0"]["episode_stats"]
+    assert max(heights) > 0.5  # it reached the top
+    assert 0.1 < stats["seeker_on_ramp_frac"] < 0.9  # up the slope, then on the floor beyond
+    assert stats["ramp_locked"] == 1.0 and stats["ramp_move_max_m"] < 0.01 and stats["locks_by_hiders"] == 1.0
+    assert "box_locked" not in stats and "seeker_on_box_frac" not in stats

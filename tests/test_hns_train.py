@@ -18,6 +18,13 @@ def test_hns_mappo_runs_cleanly(run_srl, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= 800 and summary["policy_version"] >= 1
     assert summary["episode_return_mean"] is not None  # the seekers' return of finished 240-step episodes
+    # The env's tool-use statistics reach the metrics lines and the summary, averaged over episodes.
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    env_stats = lines[-1]["env"]
+    assert {"box_move_max_m", "ramp_locked_prep", "locks_by_hiders", "seeker_on_ramp_frac",
+            "hider_seen_frac"} <= set(env_stats)
+    assert 0.0 <= env_stats["hider_seen_frac"] <= 1.0 and env_stats["box_move_max_m"] >= env_stats["box_move_mean_m"]
+    assert summary["env"] == env_stats
 
 
 def test_score_agents_report_one_teams_return():

@@ -170,7 +170,7 @@ class ReplayConfig(Section):
     beta: float = Field(0.4, ge=0, le=1)
     #: Batches sent and not yet taken by the trainer, at most.
     batches_in_flight: PositiveInt = 2
-    #: Save the buffers' contents with the checkpoints and reload them on --resume.
+    #: Save the buffers' contents with the checkpoints; a replaced buffer and a --resume reload them.
     save_contents: bool = False
 
 
@@ -228,6 +228,39 @@ class EvaluationConfig(Section):
         if self.every_s is None and self.every_versions is None:
             raise ValueError("evaluation: set every_s or every_versions (or both)")
         return self
+
+
+class SelfPlayConfig(Section):
+    """Self-play in a competitive env: the learner's agents against frozen versions of the
+    policy from a pool in the run directory, and a league worker that fills the pool and rates
+    the newest version against it (docs/selfplay.md)."""
+
+    #: Agent ids of the learner's team, as fnmatch patterns (`player_0`, `red_*`); the other
+    #: agents are its opponents. Only the learner's agents make samples.
+    learner: list[str] = Field(min_length=1)
+    #: How actors draw the opponents' version from the pool: the newest, any alike, or
+    #: prioritized by the learner's win rate against it (PFSP: the ones it loses to).
+    opponent: Literal["latest", "uniform", "pfsp"] = "pfsp"
+    #: PFSP's weight of an opponent the learner beats at rate w: `hard` (1 - w) ** exponent, `variance` w (1 - w).
+    pfsp_weighting: Literal["hard", "variance"] = "hard"
+    pfsp_exponent: PositiveFloat = 2.0
+    #: The league matches per opponent (newest first) that its win rate counts.
+    win_rate_matches: PositiveInt = 5
+    #: Episodes each of an actor's envs plays (on average) against one opponent before the next draw.
+    opponent_episodes: PositiveFloat = 1.0
+    #: Freeze the newest version into the pool every this many versions.
+    snapshot_every_versions: PositiveInt = 10
+    #: Versions the pool keeps (the oldest go first; the initial one stays).
+    pool_size: int = Field(50, ge=2)
+    #: The league worker: niced like the actors, a round of games every `every_s` seconds:
+    #: against `opponents_per_round` pool versions, `episodes` games each, on `envs` envs.
+    placement: Placement = Placement()
+    every_s: PositiveFloat = 10.0
+    opponents_per_round: PositiveInt = 4
+    episodes: PositiveInt = 32
+    envs: PositiveInt = 16
+    #: Greedy play in the league's games (false: sampled, as the actors play).
+    deterministic: bool = False
 
 
 class RayConfig(Section):
@@ -333,6 +366,8 @@ class ExperimentConfig(Section):
     checkpoint: CheckpointConfig = CheckpointConfig()
     supervision: SupervisionConfig = SupervisionConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    #: Absent: no self-play (one policy plays every agent). `self_play: {learner: [...]}` turns it on.
+    self_play: SelfPlayConfig | None = None
     #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster.
     launcher: Literal["local", "ray"] = "local"
     ray: RayConfig = RayConfig()
@@ -359,6 +394,9 @@ class ExperimentConfig(Section):
                                         or self.streams.when_full != "wait"):
             raise ValueError("actors.synchronous: needs one actor (actors.count: 1) with inline inference "
                              "and streams.when_full: wait (the actor counts what the trainer trains on)")
+        if self.self_play is not None and self.actors.synchronous:
+            raise ValueError("actors.synchronous: a self-play run cannot repeat exactly (its opponents come from a "
+                             "pool the league fills on its own clock); set one or the other")
         if self.trainers.count > self.actors.count:
             raise ValueError(f"trainers.count: {self.trainers.count} trainers cannot be placed with "
                              f"{self.actors.count} actors (each consumes at least one actor's samples)")

@@ -13,6 +13,10 @@ The loop it lives in (an actor's environment ring)::
         steps = env.step(actions)
         if all(s.terminated or s.truncated for s in steps.values()):
             steps = env.reset()
+
+An env may report numbers about a finished episode (how far objects moved, how often an
+agent did something): a dict of floats under `info[EPISODE_STATS]` on the episode's last
+step, in any agent's info. The run reports the mean of each over recent episodes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import gymnasium as gym
 import numpy as np
 
 Observation = dict[str, np.ndarray]
+
+#: The info key of an episode's own statistics, `dict[str, float]`, given on its last step.
+EPISODE_STATS = "episode_stats"
 
 
 @dataclass(slots=True)

@@ -220,6 +220,27 @@ def with_evaluation(graph: Graph, config: ExperimentConfig) -> Graph:
     return Graph(groups={**graph.groups, "eval": group})
 
 
+def with_self_play(graph: Graph, config: ExperimentConfig) -> Graph:
+    """The graph with self-play, when the config's `self_play:` section asks for it: the actors
+    are told which agents learn (their opponents come from the pool), and a `league` group reads
+    the `parameters` stream to fill the pool and rate the newest version (docs/selfplay.md)."""
+    c = config.self_play
+    if c is None:
+        return graph
+    if "actor" not in graph.groups or not any(g.streams.get("parameters") == "parameters"
+                                              for g in graph.groups.values()):
+        raise ConfigError("self_play: the algorithm's graph has no `actor` group or no `parameters` stream")
+    settings = c.model_dump(exclude={"placement"})
+    actor = graph.groups["actor"]
+    league = Group(kind="league", count=1, placement=_niced(c.placement, SAMPLER_NICE),
+                   settings={"env": config.env.model_dump(), "policy": config.policy.model_dump(),
+                             "self_play": settings},
+                   streams={"parameters": "parameters"})
+    return Graph(groups={**graph.groups, "actor": actor.model_copy(update={"settings": {**actor.settings,
+                                                                                         "self_play": settings}}),
+                         "league": league})
+
+
 def _niced(placement: Placement, default_nice: int) -> Placement:
     """The placement with `nice` resolved (unset: the group's default)."""
     return placement if placement.nice is not None else placement.model_copy(update={"nice": default_nice})
@@ -247,11 +268,11 @@ class ResolvedGraph:
 
 
 def experiment_graph(config: ExperimentConfig) -> Graph:
-    """One experiment's graph: the algorithm's default, evaluation, the config's `workers:`."""
+    """One experiment's graph: the algorithm's default, evaluation, self-play, the config's `workers:`."""
     algorithm = ALGORITHMS.resolve(config.algorithm.type)
     default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
     try:
-        return apply_overrides(with_evaluation(default, config), config.workers)
+        return apply_overrides(with_self_play(with_evaluation(default, config), config), config.workers)
     except (GraphError, pydantic.ValidationError) as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
 

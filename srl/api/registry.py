@@ -62,6 +62,7 @@ ENVS = Registry("env", {
     "vizdoom": "srl.envs.vizdoom:VizDoomEnv",
     "pettingzoo": "srl.envs.pettingzoo:PettingZooEnv",
     "football": "srl.envs.football:FootballEnv",
+    "duel": "srl.envs.duel:DuelEnv",
 })
 POLICIES = Registry("policy", {
     "actor_critic": "srl.models.actor_critic:ActorCriticPolicy",
@@ -85,5 +86,6 @@ WORKERS = Registry("worker kind", {
     "relay": "srl.workers.relay:RelayWorker",
     "buffer": "srl.workers.buffer:BufferWorker",
     "eval": "srl.workers.evaluator:EvalWorker",
+    "league": "srl.workers.league:LeagueWorker",
     "population": "srl.workers.population:PopulationWorker",
 })

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from srl.api.env import AgentStep, Env, spaces_of
+from srl.api.env import EPISODE_STATS, AgentStep, Env, spaces_of
 from srl.data.named_array import NamedArray
 from srl.envs import checks
 
@@ -53,6 +53,10 @@ class Slot(ABC):
     def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
         """Step every env with its rows' actions; returns (return, length) of finished episodes."""
 
+    def pop_episode_stats(self) -> dict[str, list[float]]:
+        """The envs' own statistics of episodes finished since the last call, name -> one value per episode."""
+        return {}
+
     def close(self) -> None:
         pass
 
@@ -64,7 +68,8 @@ class EnvSlot(Slot):
     carry `alive = 0` (the algorithm ignores them). The env resets when every agent is
     done. An env that sets `reports_episodes` gives its own episode returns through
     `info["episode_return"]` (e.g. the full game across Atari lives, before reward
-    clipping); otherwise the return is the sum of rewards, averaged over agents.
+    clipping); otherwise the return is the sum of rewards, averaged over agents. An env's
+    `info[EPISODE_STATS]` is kept for `pop_episode_stats`.
     """
 
     def __init__(self, envs: Sequence[Env], seeds: Sequence[int], name: str = "env",
@@ -85,6 +90,7 @@ class EnvSlot(Slot):
         self.returns = np.zeros(self.n_envs)
         self.lengths = np.zeros(self.n_envs, np.int64)
         self.alive = np.ones(self.rows, bool)
+        self._episode_stats: dict[str, list[float]] = {}
 
     def _write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep], check_dtypes: bool = False) -> None:
         for a, agent in enumerate(self.agents):
@@ -122,6 +128,7 @@ class EnvSlot(Slot):
             self._write_obs(obs, j, env.reset(seed=self.seeds[j]), check_dtypes=True)
         self.returns[:] = 0.0  # a slot played again (evaluations) starts its episodes from zero
         self.lengths[:] = 0
+        self._episode_stats = {}
         self.alive[:] = True
         alive[:] = True
 
@@ -134,6 +141,7 @@ class EnvSlot(Slot):
             steps = env.step({agent: actions[base + a] for a, agent in enumerate(self.agents)})
             total = 0.0
             all_done = True
+            stats = None
             for a, agent in enumerate(self.agents):
                 st = steps[agent]
                 row = base + a
@@ -151,6 +159,11 @@ class EnvSlot(Slot):
                 all_done &= not self.alive[row]
                 if self.reports_episodes and "episode_return" in st.info and a == 0:
                     finished.append((float(st.info["episode_return"]), int(st.info.get("episode_length", 0))))
+                if stats is None:
+                    stats = st.info.get(EPISODE_STATS)
+            if stats:
+                for name, value in stats.items():
+                    self._episode_stats.setdefault(name, []).append(float(value))
             self.returns[j] += total / n
             self.lengths[j] += 1
             if all_done:
@@ -165,6 +178,10 @@ class EnvSlot(Slot):
         self._check_finite(out)
         out.alive[:] = self.alive
         return finished
+
+    def pop_episode_stats(self) -> dict[str, list[float]]:
+        stats, self._episode_stats = self._episode_stats, {}
+        return stats
 
     def close(self) -> None:
         for env in self.envs:

@@ -313,6 +313,7 @@ class Controller:
                         "policy_version": policy_version(workers),
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
+                        **({"env": self.metrics.env_stats()} if self.metrics.episode_stats else {}),
                         **self.metrics.reported}
         if self.population is not None:
             self.summary["members"] = self.population.rows(workers)

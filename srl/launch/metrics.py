@@ -5,6 +5,9 @@ Which worker's stats count toward which total is its kind's declaration
 they learned from. A replaced worker's totals are kept, so a restart loses no count.
 A worker may also put numbers of its own into the run's metrics: a `metrics` dict in its
 stats lands once, in the next metrics line (an evaluation worker's `eval_return_mean`).
+Envs' own per-episode statistics (`srl.api.env.EPISODE_STATS`, an actor's `episode_stats`)
+are averaged over the same window as the returns, each on its own, and reported under
+`env` (`env/box_move_max_m` in TensorBoard).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ class RunMetrics:
     def __init__(self, env_steps_at_start: int = 0) -> None:
         self.env_steps_at_start = env_steps_at_start
         self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        #: The envs' own statistics of the last RETURN_WINDOW episodes that reported each.
+        self.episode_stats: dict[str, collections.deque[float]] = {}
         #: Totals of workers that were replaced (their successors count from zero).
         self.retired: collections.Counter[str] = collections.Counter()
         self.frozen = False
@@ -36,9 +41,12 @@ class RunMetrics:
     def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
         """A worker's newest stats; its finished episodes join the window (until the run stops)."""
         returns = stats.pop("episode_returns", [])
+        episode_stats = stats.pop("episode_stats", None) or {}
         if "episode_returns" in worker.counters and not self.frozen:
             self.returns.extend(float(r) for r in returns)
             self.unreported.extend(float(r) for r in returns)
+            for name, values in episode_stats.items():
+                self.episode_stats.setdefault(name, collections.deque(maxlen=RETURN_WINDOW)).extend(values)
         own = stats.pop("metrics", None)
         if isinstance(own, dict):  # taken while stopping too: the summary shows what the worker last did
             self.reported_since.update(own)
@@ -62,6 +70,10 @@ class RunMetrics:
     def return_mean(self) -> float | None:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
+    def env_stats(self) -> dict[str, float]:
+        """The mean of each env statistic over its window, by name."""
+        return {name: round(sum(values) / len(values), 4) for name, values in sorted(self.episode_stats.items())}
+
     def record(self, workers: list[WorkerState], elapsed: float, fps: float) -> dict[str, Any]:
         """One line of metrics.jsonl.
 
@@ -77,6 +89,8 @@ class RunMetrics:
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
                 "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
                 "episode_returns": returns}
+        if self.episode_stats:
+            line["env"] = self.env_stats()
         return {**line, **{key: value for key, value in own.items() if key not in line}}
 
 

@@ -37,6 +37,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
     "cartpole-ppo-pbt": ("every member's mean return 500.0 at 600,000 env steps each (seeds 1–3); with exploit "
                          "off only the member started at lr 1e-3 reaches 500.0, the others 48.5–496.5, 2 CPU cores",
                          "docs/population.md"),
+    "duel-selfplay": ("rating of the newest version against its frozen pool 12.1 → 61.2 and 14.1 → 49.8 "
+                      "(seeds 1, 2) in 180 s, 1.11M–1.23M env steps, 2 CPU cores", "docs/selfplay.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }

@@ -17,6 +17,7 @@ from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
 from srl.workers.env_ring import EnvRing
+from srl.workers.opponents import SelfPlay
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ class ActorWorker(Worker):
         else:
             inf = self.spec.streams["inference"]
             self.inference = RemoteInference(self.ctx, inf.key, inf.transport, self.name)
+        #: Self-play: frozen opponents from the pool act for the other team; only the learner's rows are sent.
+        self.self_play = None
+        if s.get("self_play"):
+            self.self_play = SelfPlay.open(s["self_play"], slots, self.spec.run_dir,
+                                           lambda: make_policy(s["policy"], *slots[0].spaces))
+            self.inference = self.self_play.wrap(self.inference)
         self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)
         samples = self.spec.streams["samples"]
         self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
@@ -86,6 +93,8 @@ class ActorWorker(Worker):
             self.inference.request(slot, request)
 
     def _send(self, trajectory: NamedArray) -> bool:
+        if self.self_play is not None:
+            trajectory = self.self_play.samples_of(trajectory)
         sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self._waiting_for("samples"))
         self.waiting_on = ""
         self.trajectories += sent
@@ -130,13 +139,15 @@ class ActorWorker(Worker):
         blocked_frac = round(min(blocked / max(now - self._blocked_at[0], 1e-9), 1.0), 3)
         self._blocked_at = (now, self.samples.blocked_s)
         return {"env_steps": self.ring.env_steps, "fps": self.ring.env_steps / elapsed,
-                "episode_returns": returns, "episode_lengths": lengths, "trajectories": self.trajectories,
+                "episode_returns": returns, "episode_lengths": lengths,
+                "episode_stats": self.ring.pop_episode_stats(), "trajectories": self.trajectories,
                 "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
-                "sample_slots": self.samples.slots, "blocked_frac": blocked_frac}
+                "sample_slots": self.samples.slots, "blocked_frac": blocked_frac,
+                **(self.self_play.stats() if self.self_play is not None else {})}
 
     def teardown(self) -> None:
-        for closable in ("inference", "samples"):
-            if hasattr(self, closable):
+        for closable in ("inference", "samples", "self_play"):
+            if getattr(self, closable, None) is not None:
                 getattr(self, closable).close()
         for slot in self.ring.slots if hasattr(self, "ring") else []:
             slot.close()

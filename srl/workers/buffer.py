@@ -48,8 +48,9 @@ def make_buffer(settings: dict[str, Any], seed: int = 0) -> ReplayBuffer:
 
 class BufferWorker(Worker):
     ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce")}
-    # A replaced buffer starts empty, unless `replay.save_contents` kept what it held.
-    supervision = Supervision(scope="worker")
+    # A replaced buffer reloads what it last saved when `replay.save_contents` is on (a
+    # restart, like a resumed run, starts "from the checkpoint"); otherwise it starts empty.
+    supervision = Supervision(scope="worker", from_checkpoint=True)
     counters = ()
 
     def setup(self) -> None:
@@ -107,9 +108,12 @@ class BufferWorker(Worker):
             if not self._send():
                 break
             sent += 1
-        if not took and not sent:  # idle: wait a little for whichever side can move us on
-            if self._may_take() and (got := self.consumer.get(5)) is not None:
-                self._insert(got[1])
+        if not took and not sent:  # idle: wait a little on the side that can move us on
+            if self._may_take():
+                # Only for samples: a trajectory that arrives is taken at once (a trainer's
+                # reply waits for the next poll, at most 5 ms, as a batch is rarely that short).
+                if (got := self.consumer.get(5)) is not None:
+                    self._insert(got[1])
             else:
                 self.out.poll(5)
         if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:

@@ -135,3 +135,11 @@ class EnvRing:
         returns, lengths = self.episode_returns, self.episode_lengths
         self.episode_returns, self.episode_lengths = [], []
         return returns, lengths
+
+    def pop_episode_stats(self) -> dict[str, list[float]]:
+        """The envs' own statistics (`srl.api.env.EPISODE_STATS`) of episodes finished since the last call."""
+        merged: dict[str, list[float]] = {}
+        for s in self.slots:
+            for name, values in s.pop_episode_stats().items():
+                merged.setdefault(name, []).extend(values)
+        return merged

@@ -23,6 +23,10 @@ torque about z (bin 5 is zero), grab, lock.
 
 "Sees" means inside the agent's vision cone (135 degrees about its heading) with a
 clear line of sight from the agent's centre to the target's centre.
+
+The episode's last step gives, in every agent's info under "episode_stats", the tool-use
+statistics of `stats.ToolUse` (how far boxes and ramps moved, how many were locked and by
+whom, how often a seeker stood on a ramp or a box or saw a hider).
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ import mujoco
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from srl.api.env import EPISODE_STATS
 from srl.envs.hide_and_seek import layout as worldgen
 from srl.envs.hide_and_seek.model import RAY_GROUPS, Counts, Grid, WorldSpec, build, weld_relpose
+from srl.envs.hide_and_seek.stats import ToolUse
 
 #: Action bins per movement axis; the middle bin is zero force.
 BINS = 11
@@ -163,6 +169,7 @@ class HideAndSeekEnv(ParallelEnv):
         self._ray_dist = np.zeros((na, n_rays))
         self._target_geoms = np.concatenate([h.agent_geoms, h.object_geoms])
         self._agent_body_ids = [int(b) for b in h.agent_bodies]
+        self.tool_use = ToolUse(h.object_sizes, self.is_ramp, self._seekers, self.world.agent_radius)
 
     def _init_spaces(self) -> None:
         f32 = functools.partial(gym.spaces.Box, -np.inf, np.inf, dtype=np.float32)
@@ -237,6 +244,9 @@ class HideAndSeekEnv(ParallelEnv):
         #: This episode's inner wall segments in cells: start x, start y, extent x, extent y.
         self.walls = plan.walls
         self.agents = list(self.possible_agents)
+        self.tool_use.start(self._object_pos(), self.active)
+        if self.prep_steps == 0:
+            self.tool_use.prep_over(self._object_pos(), self.lock_team != UNLOCKED)
         obs = self._observe()
         return obs, {a: {} for a in self.agents}
 
@@ -244,8 +254,9 @@ class HideAndSeekEnv(ParallelEnv):
         """Put bodies at (x, y, yaw), at rest on the floor, and return the fresh observations.
 
         Keys are agent ids or object names ("box0", "ramp1": boxes count cubes first, then
-        elongated ones). For scripted scenes in tests and demos, right after a reset: welds
-        already active keep their old relative poses.
+        elongated ones). For scripted scenes in tests and demos, right after a reset: a seeker
+        frozen for the preparation phase is frozen where it is put; other welds already active
+        keep their old relative poses. Objects' movement (`tool_use`) counts from here.
         """
         q, v = self.data.qpos.reshape(-1, 4), self.data.qvel.reshape(-1, 4)
         names = {a: i for i, a in enumerate(self.possible_agents)}
@@ -258,6 +269,10 @@ class HideAndSeekEnv(ParallelEnv):
             q[row] = x, y, self.rest_z[row], yaw
             v[row] = 0.0
         mujoco.mj_forward(self.model, self.data)
+        for i in range(self.counts.agents):
+            if self.possible_agents[i] in poses and self.data.eq_active[self.h.freeze[i]]:
+                self._weld(self.h.freeze[i], self.h.agent_bodies[i], 0)
+        self.tool_use.placed(self._object_pos())
         return self._observe()
 
     def _set_walls(self, segments: np.ndarray) -> None:
@@ -310,12 +325,15 @@ class HideAndSeekEnv(ParallelEnv):
         obs = self._observe()
         if self.t <= self.prep_steps:
             reward = np.zeros(c.agents)
+            if self.t == self.prep_steps:
+                self.tool_use.prep_over(self._object_pos(), self.lock_team != UNLOCKED)
         else:
             seen = self._sees[self._seekers][:, self._hiders].any()
             reward = np.where(self.team == HIDER, -1.0, 1.0) * (1.0 if seen else -1.0)
             xy = data.qpos.reshape(-1, 4)[:c.agents, :2]
             outside = (np.abs(xy) > self.world.grid.size / 2).any(axis=1)
             reward -= self.out_of_bounds_penalty * outside
+            self.tool_use.seeking_step(data.qpos, bool(seen))
         done = self.t >= self.episode_length
         agents = self.possible_agents
         rewards = dict(zip(agents, reward.tolist()))
@@ -324,6 +342,8 @@ class HideAndSeekEnv(ParallelEnv):
         infos = {a: {} for a in agents}
         if done:
             self.agents = []
+            stats = self.tool_use.result(self._object_pos(), self.lock_team != UNLOCKED)
+            infos = {a: {EPISODE_STATS: dict(stats)} for a in agents}
         return obs, rewards, terminations, truncations, infos
 
     def _closest_in_reach(self, i: int, allowed: np.ndarray) -> int:
@@ -346,6 +366,7 @@ class HideAndSeekEnv(ParallelEnv):
                 data.qvel[4 * (self.counts.agents + j):4 * (self.counts.agents + j + 1)] = 0.0
                 self._weld(h.lock[j], h.object_bodies[j], 0)
                 self.lock_team[j] = self.team[i]
+                self.tool_use.locked(by_seeker=self.team[i] == SEEKER)
             elif self.lock_team[j] == self.team[i]:
                 data.eq_active[h.lock[j]] = 0
                 self.lock_team[j] = UNLOCKED
@@ -360,6 +381,10 @@ class HideAndSeekEnv(ParallelEnv):
             if j >= 0:
                 self._weld(h.grab[i, j], h.agent_bodies[i], h.object_bodies[j])
                 self.held[i] = j
+
+    def _object_pos(self) -> np.ndarray:
+        """Every object's position [objects, 3]: boxes' centres, ramps' bases."""
+        return self.data.qpos.reshape(-1, 4)[self.counts.agents:, :3].copy()
 
     # ------------------------------------------------------------ observation
     def _episode_rows(self) -> None:

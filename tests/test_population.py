@@ -157,8 +157,10 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         assert population.answer(trainer1, everyone)["env_steps"] == 512  # its member's, for its checkpoints
         # Each member stops on its own numbers; the population once all have.
         assert population.stop_reason(everyone, 1.0) is None
-        population.take(workers["m0.actor.0"], {"env_steps": 400_000}, everyone)
-        population.take(actor1, {"env_steps": 400_000}, everyone)
+        budget = config.stop.env_steps
+        population.take(workers["m0.actor.0"], {"env_steps": budget}, everyone)
+        assert population.stop_reason(everyone, 1.5) is None  # m1 has not met it yet
+        population.take(actor1, {"env_steps": budget}, everyone)
         assert population.stop_reason(everyone, 2.0).startswith("every member: m0 env_steps reached")
     finally:
         population.close(population.rows(list(workers.values())))

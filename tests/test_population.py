@@ -166,21 +166,23 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         population.close(population.rows(list(workers.values())))
 
 
-def test_ppo_takes_a_new_learning_rate_live():
-    from srl.algorithms.ppo import PPO, PPOConfig
+@pytest.mark.parametrize("algorithm_type,policy_type,other", [("ppo", "actor_critic", {"clip": 0.1}),
+                                                             ("dqn", "q_network", {"gamma": 0.9})])
+def test_an_algorithm_takes_new_hyperparameters_live(algorithm_type, policy_type, other):
     from srl.api.env import spaces_of
-    from srl.workers.components import make_env, make_policy
+    from srl.workers.components import make_algorithm, make_env, make_policy
 
     env = make_env({"type": "gym", "id": "CartPole-v1"})
-    policy = make_policy({"type": "actor_critic", "args": {"hidden": [8]}}, *spaces_of(env))
+    policy = make_policy({"type": policy_type, "args": {"hidden": [8]}}, *spaces_of(env))
     env.close()
-    algorithm = PPO(policy, PPOConfig(lr=1e-3))
-    algorithm.set_hyperparameters({"lr": 5e-4, "clip": 0.1})
-    assert algorithm.config.lr == 5e-4 and algorithm.config.clip == 0.1
-    assert [g["lr"] for g in algorithm.optimizer.param_groups] == [5e-4]
+    algorithm = make_algorithm({"type": algorithm_type, "args": {"lr": 1e-3}}, policy)
+    algorithm.set_hyperparameters({"lr": 5e-4, **other})
+    assert algorithm.config.lr == 5e-4 and all(getattr(algorithm.config, k) == v for k, v in other.items())
+    assert isinstance(algorithm.optimizer, torch.optim.Optimizer)
+    assert {g["lr"] for g in algorithm.optimizer.param_groups} == {5e-4}  # the optimiser follows
     with pytest.raises(Exception, match="greater than 0"):
         algorithm.set_hyperparameters({"lr": -1.0})
-    assert isinstance(algorithm.optimizer, torch.optim.Optimizer)
+    assert algorithm.config.lr == 5e-4
 
 
 @pytest.mark.integration

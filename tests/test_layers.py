@@ -19,7 +19,9 @@ ALLOWED = {
     "envs": {"api", "data"},
     "streams": {"api", "data"},
     "replay": {"data"},
-    "workers": {"api", "data", "streams", "envs", "replay"},
+    # Self-play's pure parts (the pool store, opponent selection, ratings, games): below workers.
+    "league": {"api", "data"},
+    "workers": {"api", "data", "streams", "envs", "replay", "league"},
     "launch": {"api", "data", "streams", "workers"},
     # The user's view of runs reads run directories: of launch, only the run directory's layout
     # (test_report_reads_only_the_run_directory_of_launch).

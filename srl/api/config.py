@@ -335,6 +335,8 @@ class ExperimentConfig(Section):
                                  f"(policies: {', '.join(self.policies)})")
         if self.actors.synchronous:
             raise ValueError("actors.synchronous: not available with several policies")
+        if self.env.backend != "python":
+            raise ValueError("env.backend: several policies step their envs in Python (backend: python)")
         if self.evaluation.count:
             raise ValueError("evaluation.count: the evaluation worker plays one policy; not available with "
                              "several policies yet")

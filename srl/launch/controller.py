@@ -97,8 +97,11 @@ class Controller:
         try:
             if self.resume:
                 self._clean_after_previous_run()
-                if (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
-                    self.metrics.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
+                # With several policies, each has its checkpoints in a directory of its own.
+                directories = [self.run_dir.path / "checkpoints" / p for p in self.config.policies]
+                paths = [checkpoint.latest(d) for d in directories or [self.run_dir.path / "checkpoints"]]
+                steps = [int(checkpoint.info(path).get("env_steps", 0)) for path in paths if path is not None]
+                self.metrics.env_steps_at_start = max(steps, default=0)
             self._launch()
             self._monitor()
         finally:
@@ -281,7 +284,7 @@ class Controller:
                         "policy_version": policy_version(workers),
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
-                        **self.metrics.reported}
+                        **self.metrics.policy_return_means(), **self.metrics.reported}
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:
             errors["run_dir"] = self.write_error

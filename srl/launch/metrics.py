@@ -32,13 +32,19 @@ class RunMetrics:
         #: Workers' own metrics (a `metrics` dict in their stats) for the next line, and the latest of each.
         self.reported_since: dict[str, Any] = {}
         self.reported: dict[str, Any] = {}
+        #: With several policies: each one's window of episode returns (averaged over its agents).
+        self.policy_returns: dict[str, collections.deque[float]] = {}
 
     def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
         """A worker's newest stats; its finished episodes join the window (until the run stops)."""
         returns = stats.pop("episode_returns", [])
+        by_policy = stats.pop("policy_episode_returns", None) or {}
         if "episode_returns" in worker.counters and not self.frozen:
             self.returns.extend(float(r) for r in returns)
             self.unreported.extend(float(r) for r in returns)
+            for policy, some in by_policy.items():
+                window = self.policy_returns.setdefault(str(policy), collections.deque(maxlen=RETURN_WINDOW))
+                window.extend(float(r) for r in some)
         own = stats.pop("metrics", None)
         if isinstance(own, dict):  # taken while stopping too: the summary shows what the worker last did
             self.reported_since.update(own)
@@ -62,6 +68,10 @@ class RunMetrics:
     def return_mean(self) -> float | None:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
+    def policy_return_means(self) -> dict[str, float]:
+        """`<policy>/episode_return_mean` of each policy's window (several policies)."""
+        return {f"{p}/episode_return_mean": sum(w) / len(w) for p, w in self.policy_returns.items() if w}
+
     def record(self, workers: list[WorkerState], elapsed: float, fps: float) -> dict[str, Any]:
         """One line of metrics.jsonl.
 
@@ -76,7 +86,7 @@ class RunMetrics:
                 "episode_return_mean": self.return_mean, "episodes": len(self.returns),
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
                 "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
-                "episode_returns": returns}
+                "episode_returns": returns, **self.policy_return_means()}
         return {**line, **{key: value for key, value in own.items() if key not in line}}
 
 

@@ -44,11 +44,16 @@ class TrainerWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
         env = make_env(s["env"])
-        self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])
+        #: With several policies: the one this group trains (its agents' spaces, its checkpoint directory).
+        self.policy_name = s.get("policy_name")
+        agent = s["agents"][0] if s.get("agents") else None
+        self.policy = make_policy(s["policy"], *spaces_of(env, agent), device=s["trainers"]["device"])
         env.close()
         self.batch_steps = s["trainers"]["batch_steps"]
         self.max_staleness = s["trainers"]["max_staleness"]
         self.checkpoint_dir = Path(self.spec.run_dir) / "checkpoints"
+        if self.policy_name:
+            self.checkpoint_dir = self.checkpoint_dir / self.policy_name
         self.checkpoint_every_s = s["checkpoint"]["every_s"]
         self.keep = s["checkpoint"]["keep"]
         self.env_steps_at_start = 0
@@ -199,7 +204,13 @@ class TrainerWorker(Worker):
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
                 "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),
                 "sample_queue": len(self.buffer) + self.consumer.queued,
-                **({"param_digest": self._digest()} if self.ddp is not None else {})}
+                **({"param_digest": self._digest()} if self.ddp is not None else {}),
+                **({"metrics": self._policy_metrics()} if self.policy_name and self.rank == 0 else {})}
+
+    def _policy_metrics(self) -> dict[str, Any]:
+        """This policy's numbers in the run's metrics, under its name (several policies train at once)."""
+        p = self.policy_name
+        return {f"{p}/policy_version": self.policy.version, f"{p}/train": self.last_stats}
 
     def _digest(self) -> str:
         """A short hash of the weights: equal across data-parallel trainers, step after step."""

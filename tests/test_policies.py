@@ -179,6 +179,12 @@ def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl
         assert summary[f"{policy}/episode_return_mean"] is not None
         assert any((run_dir / "checkpoints" / policy).glob("ckpt-*.pt"))
     assert not list((run_dir / "checkpoints").glob("ckpt-*.pt"))  # only per-policy checkpoints
+    if inference == "inline":  # each agent plays its own policy's checkpoint, or another source
+        from srl.evaluate import evaluate
+
+        played = evaluate(run_dir, episodes=4, envs=2, agents={"guard": "initial"})
+        assert played.episodes == 4 and played.agents["scout_0"].startswith("scouts/ckpt-")
+        assert played.agents["guard_1"] == "guards/initial"
 
 
 @pytest.mark.integration

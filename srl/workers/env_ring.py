@@ -17,6 +17,10 @@ carries the bootstrap value).
         inference.request(slot, request)
         if trajectory is not None:
             samples.put(trajectory)
+
+Each slot's buffer is a `Track`. When agents act with several policies, `JointRing` runs
+`GroupedSlot`s with one `Track` per policy: a slot steps once every policy has answered,
+and each policy's trajectories hold only its own agents' rows.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ from srl.workers.env_ring import JointRing
 USER_CODE = Path(__file__).resolve().parent / "user_code"
 TEAMS = "srl.envs.fake:TeamsEnv"
 #: Mean return of uniformly random actions on simple_speaker_listener (max_cycles 25), the
-#: same for both agents (a shared reward): -40.9 +- 1.6 over 400 episodes.
-RANDOM_SPEAKER_LISTENER_RETURN = -40.9
+#: same for both agents (a shared reward): -38.3 +- 1.7 over 400 episodes (`srl evaluate
+#: --agents speaker=random listener=random`), -40.9 +- 1.6 over another 400.
+RANDOM_SPEAKER_LISTENER_RETURN = -38.3
 
 
 def teams_config(**changes) -> dict:
@@ -189,8 +190,9 @@ def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl
 
 @pytest.mark.integration
 def test_speaker_listener_with_a_policy_each_beats_the_random_policy(run_srl, tmp_path):
-    """Speaker (3 observations, 3 actions) and listener (11, 5): -25 is ~16 points above random,
-    passed by 10k-15k env steps (~30 s on 2 busy cores)."""
+    """Speaker (3 observations, 3 actions) and listener (11, 5): -25 is 13 points above random
+    (8 standard errors of a 100-episode window), passed after 10.9k-12.9k env steps (28-44 s
+    on 2 busy cores)."""
     pytest.importorskip("mpe2", reason="needs the pettingzoo extra (mpe2): pip install -e '.[pettingzoo]'")
     run_dir = tmp_path / "run"
     result = run_srl("train", "speaker-listener-mappo", "--run-dir", str(run_dir), "stop.episode_return=-25",
@@ -199,4 +201,4 @@ def test_speaker_listener_with_a_policy_each_beats_the_random_policy(run_srl, tm
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"].startswith("episode_return_mean"), summary
     for policy in ("speaker", "listener"):
-        assert summary[f"{policy}/episode_return_mean"] >= RANDOM_SPEAKER_LISTENER_RETURN + 15, summary
+        assert summary[f"{policy}/episode_return_mean"] >= RANDOM_SPEAKER_LISTENER_RETURN + 13, summary

@@ -346,6 +346,15 @@ class ExperimentConfig(Section):
                                  f"with {self.actors.count} actors (each consumes at least one actor's samples)")
         return self
 
+    @pydantic.model_serializer(mode="wrap")
+    def _without_unused_sections(self, handler: Any) -> dict[str, Any]:
+        """One-policy configs dump without `policies`/`agents`, several-policy ones without the
+        one-policy `policy`/`algorithm`/`trainers`: the dump shows what the run used, and loads again."""
+        data = handler(self)
+        for key in ("policy", "algorithm", "trainers") if self.policies else ("policies", "agents"):
+            data.pop(key, None)
+        return data
+
     def policy_view(self, name: str) -> ExperimentConfig:
         """The experiment as policy `name` alone sees it: its sections in place of the one-policy ones."""
         spec = self.policies[name]
@@ -487,6 +496,4 @@ def load(name_or_path: str, overrides: list[str] | None = None) -> ExperimentCon
 
 
 def dump(config: ExperimentConfig) -> str:
-    # With several policies the one-policy sections are unused: left out, the dump loads again.
-    exclude = {"policy", "algorithm", "trainers"} if config.policies else None
-    return yaml.safe_dump(config.model_dump(mode="json", exclude=exclude), sort_keys=False)
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -109,8 +109,11 @@ def config_info(name: str) -> ConfigInfo:
     install = " && ".join(([f"pip install -e '.[{','.join(extras)}]'"] if extras else [])
                           + [EXTRA_NOTES[e] for e in extras if e in EXTRA_NOTES]) or "pip install -e ."
     reference, source = REFERENCE_RESULTS.get(name, (None, None))
+    # Several policies: each policy's algorithm, by policy name.
+    sections = [(f"{p}: ", spec or {}) for p, spec in (data.get("policies") or {}).items()] or [("", data)]
+    algorithm = ", ".join(f"{p}{str((spec.get('algorithm') or {}).get('type') or 'ppo')}" for p, spec in sections)
     return ConfigInfo(name=name, env_type=str(env.get("type") or "gym"), env_id=str(env_id) if env_id else None,
-                      algorithm=str((data.get("algorithm") or {}).get("type") or "ppo"), extras=extras,
+                      algorithm=algorithm, extras=extras,
                       install=install, installed=_installed(env, extras), reference=reference,
                       reference_source=source)
 

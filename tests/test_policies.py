@@ -142,7 +142,7 @@ def test_each_policys_rows_get_its_agents_observations_and_its_actions_reach_its
             replies[policy] = NamedArray({keys.ACTION: t % n_actions[policy],
                                           keys.VERSION: np.zeros(len(obs), np.int64)})
         requests, done = ring.step(0, replies)
-        for policy, trajectory in done.items():
+        for policy, trajectory in (done or {}).items():
             trajectories[policy].append(trajectory)
     assert len(trajectories["scouts"]) == len(trajectories["guards"]) == 3
     for policy, marker, rows, size in (("scouts", 1.0, 2, 3), ("guards", 2.0, 4, 5)):
@@ -160,11 +160,15 @@ def test_each_policys_rows_get_its_agents_observations_and_its_actions_reach_its
 @pytest.mark.integration
 @pytest.mark.parametrize("inference", ["inline", "remote"])
 def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl, tmp_path, monkeypatch, inference):
+    """Each trainer's version advances and it trains only on its own team's rows (`MarkerPPO`
+    reports the team marker and observation size of every batch)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(USER_CODE), os.environ.get("PYTHONPATH")])))
     data = teams_config()
     for spec in data["policies"].values():
         spec["algorithm"] = {"type": "marker_ppo:MarkerPPO", "args": {"epochs": 1, "minibatches": 1}}
     data["actors"].update({"count": 2, "inference": inference, "ring_size": 2 if inference == "remote" else 1})
+    if inference == "remote":  # and two data-parallel trainers for one policy, beside the other's one
+        data["policies"]["guards"]["trainers"]["count"] = 2
     data["stop"] = {"env_steps": 3000}
     data["log"] = {"tensorboard": False, "progress": False, "report_interval_s": 0.5}
     path = tmp_path / "teams.yaml"

@@ -125,9 +125,11 @@ class SharedWeights:
 class DataParallel:
     def __init__(self, names: NameService, host: str, rank: int, world_size: int, device: str = "cpu",
                  timeout_s: float = 120.0, generation: int = 0, shm_prefix: str | None = None,
-                 mode: str = "allreduce") -> None:
+                 mode: str = "allreduce", group: str = "trainer") -> None:
         self.rank, self.world_size, self.mode = rank, world_size, mode
-        key = f"{KEY}/{generation}"  # a restarted group never finds its predecessor's address
+        # Per group (several policies train side by side, each its own group) and generation
+        # (a restarted group never finds its predecessor's address).
+        key = f"{KEY}/{group}/{generation}"
         self.names, self.key, self.timeout_s = names, key, timeout_s
         self._mean: ShmMean | None = None
         self._shared: SharedWeights | None = None
@@ -136,7 +138,7 @@ class DataParallel:
         names.register(f"{key}/host/{rank}", host)
         hosts = {names.lookup(f"{key}/host/{r}", timeout_s) for r in range(world_size)}
         one_host_cpu = bool(shm_prefix) and hosts == {host} and not device.startswith("cuda")
-        self.shm_name = f"{shm_prefix}ddp-g{generation}" if one_host_cpu else None
+        self.shm_name = f"{shm_prefix}ddp-{group}-g{generation}" if one_host_cpu else None
         if mode == "hogwild":
             if not one_host_cpu:
                 raise ValueError("trainers.data_parallel=hogwild shares weights through shared memory: every trainer "

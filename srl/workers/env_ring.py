@@ -192,8 +192,10 @@ class JointRing:
         s.reset_all({p: t.first_obs for p, t in tracks.items()}, {p: t.first_alive for p, t in tracks.items()})
         return {p: t.request() for p, t in tracks.items()}
 
-    def step(self, slot: int, replies: dict[str, NamedArray]) -> tuple[dict[str, NamedArray], dict[str, NamedArray]]:
-        """Record every policy's reply, step the slot; returns (next requests, finished trajectories) by policy."""
+    def step(self, slot: int, replies: dict[str, NamedArray]) -> tuple[dict[str, NamedArray],
+                                                                       dict[str, NamedArray] | None]:
+        """Record every policy's reply, step the slot; returns (next requests by policy, the
+        finished trajectories by policy, or None when none finished)."""
         tracks = self.tracks[slot]
         taken = {p: track.take(replies[p]) for p, track in tracks.items()}
         finished, by_policy = self.slots[slot].step({p: a for p, (_, a, _) in taken.items()},
@@ -205,7 +207,8 @@ class JointRing:
             self.policy_returns[policy].extend(r for r, _ in episodes)
         self.env_steps += self.slots[slot].n_envs
         requests = {p: track.advance(replies[p], taken[p][2]) for p, track in tracks.items()}
-        return requests, {p: trajectory for p, (trajectory, _, _) in taken.items() if trajectory is not None}
+        finished_trajectories = {p: t for p, (t, _, _) in taken.items() if t is not None}
+        return requests, finished_trajectories or None
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         returns, lengths = self.episode_returns, self.episode_lengths

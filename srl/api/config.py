@@ -325,7 +325,7 @@ class ExperimentConfig(Section):
                 raise ValueError(f"policies.{name}: a policy name is letters, digits and _ (starting with a letter)")
         given = self.model_fields_set & {"policy", "algorithm", "trainers"}
         if given:
-            raise ValueError(f"{sorted(given)[0]}: with `policies:` each policy has its own policy, algorithm "
+            raise ValueError(f"{min(given)}: with `policies:` each policy has its own policy, algorithm "
                              "and trainers sections")
         if not self.agents:
             raise ValueError("agents: required with `policies:` (e.g. [{match: 'seeker_*', policy: seeker}])")

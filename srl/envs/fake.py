@@ -11,6 +11,7 @@ truncation; the env resets when every agent is done.
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -118,7 +119,7 @@ class TeamsEnv(Env):
     """
 
     #: team -> (marker, observation size, actions)
-    TEAMS = {"scout": (1.0, 3, 2), "guard": (2.0, 5, 4)}
+    TEAMS: ClassVar[dict[str, tuple[float, int, int]]] = {"scout": (1.0, 3, 2), "guard": (2.0, 5, 4)}
 
     def __init__(self, scouts: int = 1, guards: int = 2, episode_length: int = 8) -> None:
         self.agent_ids = tuple([f"scout_{i}" for i in range(scouts)] + [f"guard_{i}" for i in range(guards)])

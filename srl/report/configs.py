@@ -34,10 +34,10 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                     "2 CPU cores", "docs/replay.md"),
     "spread-qmix": ("random policy −27.5; −22.5 after 19k–21k env steps; −16.9 to −17.9 at 150k (seeds 1–3), 2 CPU cores",
                     "docs/replay.md"),
-    "speaker-listener-mappo": ("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
-                               "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores", "docs/environments.md"),
-    "hns-mappo-2p": ("seekers and hiders with a policy each: runs (150 s, 8,316 env steps, 12 versions each); "
-                     "not measured for learning", "docs/environments.md"),
+    "speaker-listener-mappo": (("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
+                                "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores"), "docs/environments.md"),
+    "hns-mappo-2p": (("seekers and hiders with a policy each: runs (150 s, 8,316 env steps, 12 versions each); "
+                      "not measured for learning"), "docs/environments.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }
@@ -115,7 +115,7 @@ def config_info(name: str) -> ConfigInfo:
     reference, source = REFERENCE_RESULTS.get(name, (None, None))
     # Several policies: each policy's algorithm, by policy name.
     sections = [(f"{p}: ", spec or {}) for p, spec in (data.get("policies") or {}).items()] or [("", data)]
-    algorithm = ", ".join(f"{p}{str((spec.get('algorithm') or {}).get('type') or 'ppo')}" for p, spec in sections)
+    algorithm = ", ".join(f"{p}{(spec.get('algorithm') or {}).get('type') or 'ppo'!s}" for p, spec in sections)
     return ConfigInfo(name=name, env_type=str(env.get("type") or "gym"), env_id=str(env_id) if env_id else None,
                       algorithm=algorithm, extras=extras,
                       install=install, installed=_installed(env, extras), reference=reference,

@@ -92,8 +92,7 @@ class ActorWorker(Worker):
         """Several policies: each acts for its agents' rows, each gets its own trajectories."""
         s = self.spec.settings
         actors = s["actors"]
-        make = lambda: make_env(s["env"])  # noqa: E731
-        envs = [make() for _ in range(actors["ring_size"] * actors["envs_per_slot"])]
+        envs = [make_env(s["env"]) for _ in range(actors["ring_size"] * actors["envs_per_slot"])]
         router = AgentRouter(envs[0].agent_ids, {a: p for p, agents in s["agents"].items() for a in agents})
         seed = self.spec.seed + 100_000 * self.spec.index
         n = actors["envs_per_slot"]

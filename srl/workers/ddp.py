@@ -27,6 +27,7 @@ import datetime
 import os
 import socket
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -57,7 +58,9 @@ class ShmMean:
     """
 
     def __init__(self, names: NameService, key: str, name: str, rank: int, world_size: int, numel: int,
-                 timeout_s: float) -> None:
+                 timeout_s: float, stopping: Callable[[], bool] | None = None) -> None:
+        #: True once this rank's run is stopping: a peer that already stopped will not answer.
+        self.stopping = stopping or (lambda: False)
         header = 8 * world_size
         size = header + 2 * world_size * numel * 4
         if rank == 0:
@@ -80,6 +83,8 @@ class ShmMean:
             deadline = deadline or time.monotonic() + self.timeout_s
             if time.monotonic() > deadline:
                 raise TimeoutError(f"data-parallel peers silent for {self.timeout_s:.0f} s")
+            if self.stopping():
+                raise RuntimeError("the run is stopping: data-parallel peers may have stopped; step abandoned")
         return torch.from_numpy(half.mean(axis=0))
 
     def close(self) -> None:
@@ -125,12 +130,12 @@ class SharedWeights:
 class DataParallel:
     def __init__(self, names: NameService, host: str, rank: int, world_size: int, device: str = "cpu",
                  timeout_s: float = 120.0, generation: int = 0, shm_prefix: str | None = None,
-                 mode: str = "allreduce", group: str = "trainer") -> None:
+                 mode: str = "allreduce", group: str = "trainer", stopping: Callable[[], bool] | None = None) -> None:
         self.rank, self.world_size, self.mode = rank, world_size, mode
         # Per group (several policies train side by side, each its own group) and generation
         # (a restarted group never finds its predecessor's address).
         key = f"{KEY}/{group}/{generation}"
-        self.names, self.key, self.timeout_s = names, key, timeout_s
+        self.names, self.key, self.timeout_s, self.stopping = names, key, timeout_s, stopping
         self._mean: ShmMean | None = None
         self._shared: SharedWeights | None = None
         # Gradients go through shared memory when every rank is on this host (and on the CPU):
@@ -167,7 +172,7 @@ class DataParallel:
         if self.shm_name is not None:
             numel = sum(p.numel() for p in self._params)
             self._mean = ShmMean(self.names, f"{self.key}/shm", self.shm_name, self.rank, self.world_size, numel,
-                                 self.timeout_s)
+                                 self.timeout_s, self.stopping)
         for parameter in self._params:
             parameter.register_post_accumulate_grad_hook(self._on_grad)
 

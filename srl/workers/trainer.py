@@ -67,7 +67,8 @@ class TrainerWorker(Worker):
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
                                     generation=self.spec.generation, shm_prefix=self.ctx.shm_prefix,
-                                    mode=s["trainers"]["data_parallel"], group=self.spec.group)
+                                    mode=s["trainers"]["data_parallel"], group=self.spec.group,
+                                    stopping=lambda: self.stopping)
             self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters

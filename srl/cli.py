@@ -148,6 +148,9 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
         resolve_graph(config)  # the worker graph: kinds, their settings, every stream
+        if config.policies:
+            raise ConfigError("policies: srl bench measures one policy's trainer; a config of several policies "
+                              "is not benchmarked yet")
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -73,7 +73,7 @@ def test_a_rank_waiting_on_peers_gives_up_once_the_run_stops() -> None:
             started = time.monotonic()
             with pytest.raises(RuntimeError, match="stopping"):
                 alone(torch.ones(NUMEL))
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < 15  # the grace (5 s), not the timeout (60 s)
         finally:
             alone.close()
 

@@ -38,6 +38,9 @@ from srl.streams.names import NameService
 from srl.streams.shm import Segment
 
 KEY = "ddp/rendezvous"
+#: Once the run stops, seconds a rank still waits for its peers' part of a round (the controller
+#: ends stragglers 10 s after the stop: this leaves time for the last checkpoint).
+PEER_STOP_GRACE_S = 5.0
 
 
 def _free_port(host: str) -> int:
@@ -77,14 +80,19 @@ class ShmMean:
         half = self.rows[self.round % 2]
         half[self.rank] = vector.numpy()
         self.rounds[self.rank] = self.round  # after the data: x86 keeps stores in order
-        deadline = None
+        deadline = stopping_since = None
         while (self.rounds < self.round).any():
             os.sched_yield()
             deadline = deadline or time.monotonic() + self.timeout_s
             if time.monotonic() > deadline:
                 raise TimeoutError(f"data-parallel peers silent for {self.timeout_s:.0f} s")
-            if self.stopping():
-                raise RuntimeError("the run is stopping: data-parallel peers may have stopped; step abandoned")
+            if not self.stopping():
+                continue
+            # A peer still running answers within a moment and the round completes on every
+            # rank alike; one that stopped first never will.
+            stopping_since = stopping_since or time.monotonic()
+            if time.monotonic() - stopping_since > PEER_STOP_GRACE_S:
+                raise RuntimeError("the run is stopping and data-parallel peers have stopped: step abandoned")
         return torch.from_numpy(half.mean(axis=0))
 
     def close(self) -> None:

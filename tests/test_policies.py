@@ -20,6 +20,8 @@ from srl.data.named_array import NamedArray
 from srl.envs.fake import TeamsEnv
 from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import EnvSlot
+from srl.api.policy import Policy
+from srl.workers.play import play_grouped
 from srl.workers.env_ring import JointRing
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"
@@ -156,6 +158,48 @@ def test_each_policys_rows_get_its_agents_observations_and_its_actions_reach_its
     assert by_policy["scouts"] == by_policy["guards"] == [5.0] * 4  # each env: two episodes of 5 rewarded steps
 
 
+class _TimeKeeper(Policy):
+    """Plays TeamsEnv perfectly (the action is the step number, an observation, modulo its
+    actions), or always `constant`."""
+
+    def __init__(self, observation_space, action_space, constant: int | None = None) -> None:
+        self.n, self.constant = action_space.n, constant
+
+    def initial_state(self, batch):
+        return NamedArray()
+
+    def rollout(self, obs, state, deterministic=False):
+        action = obs[keys.OBS][:, 1].astype(np.int64) % self.n
+        if self.constant is not None:
+            action[:] = self.constant
+        zeros = np.zeros(len(action), np.float32)
+        return NamedArray({keys.ACTION: action, keys.LOGPROB: zeros, keys.VALUE: zeros})
+
+    def analyze(self, batch, entropy=True):
+        raise NotImplementedError
+
+    def get_params(self):
+        return NamedArray()
+
+    def set_params(self, params, version):
+        self.version = version
+
+
+def test_playing_several_policies_reports_each_policys_return():
+    """Scouts play perfectly and guards badly (always action 3, right one step in four): each
+    policy's return is its own agents'; the episode's is the mean over all agents."""
+    envs = [TeamsEnv(scouts=1, guards=2, episode_length=8) for _ in range(3)]
+    router = AgentRouter.from_rules(envs[0].agent_ids, [("scout_*", "scouts"), ("guard_*", "guards")])
+    slot = GroupedSlot(envs, [0, 1, 2], router, name="teams")
+    scouts = _TimeKeeper(*slot.groups["scouts"].spaces)
+    guards = _TimeKeeper(*slot.groups["guards"].spaces, constant=3)
+    played = play_grouped(slot, {"s": ("scouts", scouts, np.arange(3)), "g": ("guards", guards, np.arange(6))},
+                          episodes=6, deterministic=True, labels={})
+    assert played.episodes == 6 and played.length_mean == 8
+    assert played.policy_returns == {"scouts": 8.0, "guards": 2.0}  # actions right at t = 4 and 8: (t - 1) % 4 == 3
+    assert played.return_mean == pytest.approx((8 + 2 * 2) / 3)
+
+
 # ------------------------------------------------------------------------ real runs
 @pytest.mark.integration
 @pytest.mark.parametrize("inference", ["inline", "remote"])
@@ -190,6 +234,7 @@ def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl
         played = evaluate(run_dir, episodes=4, envs=2, agents={"guard": "initial"})
         assert played.episodes == 4 and played.agents["scout_0"].startswith("scouts/ckpt-")
         assert played.agents["guard_1"] == "guards/initial"
+        assert set(played.policy_returns) == {"scouts", "guards"}
 
 
 @pytest.mark.integration

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +28,9 @@ from srl.envs.slots import EnvSlot, SlotStep
 if TYPE_CHECKING:
     from srl.envs.render import RecordingEnv
 
+#: (return, length) of one episode.
+Episode = tuple[float, int]
+
 
 @dataclass
 class Evaluation:
@@ -38,6 +41,9 @@ class Evaluation:
     env_steps: int
     #: agent id -> the source it acted with (a checkpoint by its file name)
     agents: dict[str, str]
+    #: Several policies: each one's mean return (its agents' rewards summed over the episode,
+    #: averaged over its agents), over the same episodes.
+    policy_returns: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -54,7 +60,7 @@ def play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndarr
     obs, out = _rows(slot.rows, slot.obs_fields)
     slot.reset_all(obs, out.alive)
     players = {source: ("", policy, rows_of[source]) for source, policy in policies.items()}
-    return _play({"": (obs, out)}, players, lambda actions: slot.step(actions[""], out), slot,
+    return _play({"": (obs, out)}, players, lambda actions: (slot.step(actions[""], out), {}), slot,
                  getattr(slot, "n_agents", 1),
                  episodes, deterministic, labels, recorder)
 
@@ -67,7 +73,7 @@ def play_grouped(slot: GroupedSlot, players: dict[str, tuple[str, Policy, np.nda
     slot.reset_all({p: obs for p, (obs, _) in groups.items()}, {p: out.alive for p, (_, out) in groups.items()})
     outs = {p: out for p, (_, out) in groups.items()}
     first = next(iter(slot.groups))
-    return _play(groups, players, lambda actions: slot.step(actions, outs)[0], slot,
+    return _play(groups, players, lambda actions: slot.step(actions, outs), slot,
                  len(slot.groups[first].agents), episodes, deterministic, labels, recorder, counted_by=first)
 
 
@@ -79,15 +85,18 @@ def _rows(rows: int, fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tup
 
 
 def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tuple[str, Policy, np.ndarray]],
-          step: Callable[[dict[str, np.ndarray]], list[tuple[float, int]]], slot: Any, agents_per_env: int,
+          step: Callable[[dict[str, np.ndarray]], tuple[list[Episode], dict[str, list[Episode]]]], slot: Any,
+          agents_per_env: int,
           episodes: int, deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None,
           counted_by: str = "") -> Evaluation:
     """The loop of `play`: each player acts for its rows of its group; `step(actions by group)`
-    steps the slot; the envs whose rows of group `counted_by` reset are those that ended episodes."""
+    steps the slot and returns the episodes that ended (and each policy's, for several); the
+    envs whose rows of group `counted_by` reset are those that ended episodes."""
     states = {k: policy.initial_state(len(rows)) for k, (_, policy, rows) in players.items()}
     actions: dict[str, np.ndarray] = {}
     share = [(episodes + j) // slot.n_envs for j in range(slot.n_envs)]
-    finished: list[tuple[float, int]] = []
+    finished: list[Episode] = []
+    by_policy: dict[str, list[Episode]] = {}
     steps = 0
     while len(finished) < episodes or (recorder is not None and not recorder.done):
         for key, (group, policy, rows) in players.items():
@@ -99,9 +108,13 @@ def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tup
             states[key] = reply[keys.RNN_STATE] if keys.RNN_STATE in reply else states[key]
         for _, out in groups.values():
             out.reset_rows.clear()
-        ended = step(actions)  # writes the next observations into each group's `obs`
+        ended, policies_ended = step(actions)  # writes the next observations into each group's `obs`
         envs = list(dict.fromkeys(r // agents_per_env for r in groups[counted_by][1].reset_rows))
-        finished.extend(_within_share(ended, envs, slot, share))
+        kept = _within_share(len(ended), envs, slot, share)
+        finished.extend(ended[i] for i in kept)
+        for policy, episodes_ended in policies_ended.items():  # one per env that ended, as `ended` when not env-reported
+            chosen = kept if len(episodes_ended) == len(ended) else range(len(episodes_ended))
+            by_policy.setdefault(policy, []).extend(episodes_ended[i] for i in chosen)
         steps += slot.n_envs
         for key, (group, policy, rows) in players.items():
             reset = set(groups[group][1].reset_rows)
@@ -111,23 +124,25 @@ def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tup
     returns = np.array([r for r, _ in finished[:episodes]])
     lengths = np.array([n for _, n in finished[:episodes]])
     stderr = float(returns.std(ddof=1) / math.sqrt(len(returns))) if len(returns) > 1 else float("nan")
-    return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels)
+    policy_returns = {p: float(np.mean([r for r, _ in e[:episodes]])) for p, e in by_policy.items() if e}
+    return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels,
+                      policy_returns)
 
 
-def _within_share(ended: list[tuple[float, int]], envs: list[int], slot: Any,
-                  share: list[int]) -> list[tuple[float, int]]:
-    """The episodes that just ended whose env has not yet played its share (`share`, counted down).
+def _within_share(ended: int, envs: list[int], slot: Any, share: list[int]) -> list[int]:
+    """Which of the `ended` episodes that just ended count: those whose env has not yet played
+    its share (`share`, counted down).
 
     An env slot ends an episode and resets its env in one step, in env order, so the envs
     whose rows were reset (`envs`, in order) are the ones that ended these episodes. A slot where that does not
     hold (an env reporting its own episodes, an EnvPool batch resetting a step later) counts
     every episode, as before.
     """
-    if getattr(slot, "reports_episodes", False) or len(envs) != len(ended):
-        return ended
+    if getattr(slot, "reports_episodes", False) or len(envs) != ended:
+        return list(range(ended))
     kept = []
-    for j, episode in zip(envs, ended):
+    for i, j in enumerate(envs):
         if share[j] > 0:
             share[j] -= 1
-            kept.append(episode)
+            kept.append(i)
     return kept

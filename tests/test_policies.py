@@ -15,14 +15,14 @@ from srl.api import config as cfg
 from srl.api.agents import AgentRouter
 from srl.api.config import ConfigError
 from srl.api.graph import resolve
+from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.fake import TeamsEnv
 from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import EnvSlot
-from srl.api.policy import Policy
-from srl.workers.play import play_grouped
 from srl.workers.env_ring import JointRing
+from srl.workers.play import play_grouped
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"
 TEAMS = "srl.envs.fake:TeamsEnv"

@@ -251,3 +251,17 @@ def test_speaker_listener_with_a_policy_each_beats_the_random_policy(run_srl, tm
     assert summary["stop_reason"].startswith("episode_return_mean"), summary
     for policy in ("speaker", "listener"):
         assert summary[f"{policy}/episode_return_mean"] >= RANDOM_SPEAKER_LISTENER_RETURN + 13, summary
+
+
+@pytest.mark.integration
+def test_adversary_mappo_trains_both_teams(run_srl, tmp_path):
+    """The bundled two-team config runs: both policies train and report their own returns."""
+    pytest.importorskip("mpe2", reason="needs the pettingzoo extra (mpe2): pip install -e '.[pettingzoo]'")
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "adversary-mappo", "--run-dir", str(run_dir), "stop.env_steps=4000",
+                     "log.tensorboard=false", "log.progress=false", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for team in ("adversary", "good"):
+        assert summary[f"{team}/policy_version"] >= 1 and summary[f"{team}/episode_return_mean"] is not None, summary
+    assert summary["episode_return_mean"] == pytest.approx(summary["good/episode_return_mean"])  # score_agents: good

@@ -36,6 +36,9 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                     "docs/replay.md"),
     "speaker-listener-mappo": (("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
                                 "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores"), "docs/environments.md"),
+    "adversary-mappo": (("two teams, a policy each: against random opponents the good agents score +20.0 (random "
+                         "+8.0), the adversary −19.8 (random −27.8), after 200k env steps (86 s), 2 CPU cores"),
+                        "docs/environments.md"),
     "hns-mappo-2p": (("seekers and hiders with a policy each: runs (150 s, 8,316 env steps, 12 versions each); "
                       "not measured for learning"), "docs/environments.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",

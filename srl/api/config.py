@@ -8,6 +8,7 @@ component's own `Config` model when it declares one.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -318,8 +319,6 @@ class ExperimentConfig(Section):
             if self.agents:
                 raise ValueError("agents: maps agents to the policies of a `policies:` section; there is none")
             return self
-        import re
-
         for name in self.policies:
             if not re.match(POLICY_NAME, name):
                 raise ValueError(f"policies.{name}: a policy name is letters, digits and _ (starting with a letter)")

@@ -202,3 +202,26 @@ def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl
     summary = json.loads((run_dir / "summary.json").read_text())
     now = {m["member"]: m["hyperparameters"]["lr"] for m in summary["members"]}
     assert now[copied] == pytest.approx([r for r in copies if r["member"] == copied][-1]["hyperparameters"]["lr"])
+
+
+def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
+    """The policy pool lives in the run directory: the league on the head node writes the frozen
+    versions, the actors on the second node read their opponents from it."""
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                     "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                     "workers.league.placement.resources={node1: 0.01}", "actors.envs_per_slot=16",
+                     "trainers.batch_steps=1024", "self_play.every_s=3", "self_play.snapshot_every_versions=3",
+                     "self_play.episodes=8", "self_play.envs=8", "self_play.opponents_per_round=2",
+                     "stop.time_s=15", "stop.env_steps=null", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert workers["league.0"]["host"] == HEAD and workers["actor.0"]["host"] == SECOND
+    # The head node froze versions; the actors on the second node drew their opponents among them.
+    from srl.league.pool import Pool, pool_path
+
+    assert len(Pool(pool_path(run_dir)).entries()) >= 2
+    assert all(w["stats"].get("opponent_draws", 0) > 1 for n, w in workers.items() if n.startswith("actor."))
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("selfplay_rating" in line for line in lines)

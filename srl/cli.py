@@ -159,6 +159,9 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
         resolve_graph(config)  # the worker graph: kinds, their settings, every stream
+        if config.policies:
+            raise ConfigError("policies: srl bench measures one policy's trainer; a config of several policies "
+                              "is not benchmarked yet")
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -209,7 +212,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(f"{result.episodes} episodes: return {result.return_mean:.3f} ± {result.return_stderr:.3f} (standard "
           f"error), length {result.length_mean:.1f}; agents: "
-          + ", ".join(f"{a}={s}" for a, s in result.agents.items()))
+          + ", ".join(f"{a}={s}" for a, s in result.agents.items())
+          + "".join(f"; {p} return {r:.3f}" for p, r in result.policy_returns.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=1))
     if video is not None:

@@ -11,6 +11,8 @@ Every agent acts with one *source* of actions, chosen by the prefix of its id:
 
 So `evaluate(run, agents={"seeker": "latest", "hider": "initial"})` pits trained seekers
 against untrained hiders: the cross-play that tells who learned what in a two-team game.
+In a run of several policies each agent plays its own policy, and a source names that
+policy's checkpoints (`checkpoints/<policy>/`): `latest` is the seekers' newest for a seeker.
 The reported return is the env's episode return (for a team game, the scored agents').
 The loop itself (`srl.workers.play`) is shared with the evaluation worker that scores a run
 as it trains.
@@ -24,37 +26,49 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.agents import AgentRouter
 from srl.api.config import read_config_file
 from srl.api.env import spaces_of
 from srl.api.policy import Policy
+from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.render import Video, headless_rendering
 from srl.envs.slots import EnvSlot
 from srl.workers import checkpoint
 from srl.workers.components import make_env, make_policy
-from srl.workers.play import Evaluation, play
+from srl.workers.play import Evaluation, play, play_grouped
 
 SOURCES = ("latest", "best", "initial", "random")
 
 
-def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple) -> tuple[Policy, str]:
-    """The run's policy acting with `source` (one of `SOURCES` or a checkpoint path), and its label."""
+def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple,
+               policy_name: str | None = None) -> tuple[Policy, str]:
+    """The run's policy acting with `source` (one of `SOURCES` or a checkpoint path), and its label.
+
+    A run of several policies keeps each one's checkpoints in `checkpoints/<policy_name>/`.
+    """
     import torch
+
+    if config.get("policies") and policy_name not in config["policies"]:
+        raise ValueError(f"{run_dir} trains several policies ({', '.join(config['policies'])}); playing or "
+                         "exporting one of them alone is not supported yet")
+    checkpoints = run_dir / "checkpoints" / policy_name if policy_name else run_dir / "checkpoints"
+    section = config["policies"][policy_name]["policy"] if policy_name else config["policy"]
 
     if source == "random":
         return make_policy({"type": "random", "args": {"seed": config.get("seed", 0)}}, *spaces), "random"
     torch.manual_seed(int(config.get("seed", 0)))  # seeded as the trainer seeds its own network
-    policy = make_policy(config["policy"], *spaces)
+    policy = make_policy(section, *spaces)
     if source == "initial":
         return policy, "initial"
     if source == "best":
-        path = checkpoint.tagged(run_dir / "checkpoints", "best")
+        path = checkpoint.tagged(checkpoints, "best")
         if path is None:
-            raise ValueError(f"{run_dir / 'checkpoints'} holds no valid best checkpoint (an evaluation worker "
+            raise ValueError(f"{checkpoints} holds no valid best checkpoint (an evaluation worker "
                              "writes it: evaluation.count=1)")
     else:
-        path = checkpoint.latest(run_dir / "checkpoints") if source == "latest" else Path(source)
+        path = checkpoint.latest(checkpoints) if source == "latest" else Path(source)
     if path is None:
-        raise ValueError(f"{run_dir / 'checkpoints'} holds no valid checkpoint to evaluate")
+        raise ValueError(f"{checkpoints} holds no valid checkpoint to evaluate")
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist (a source is latest, best, initial, random or a ckpt-*.pt path)")
     policy.load_state_dict(checkpoint.load(path)["policy"])
@@ -97,6 +111,9 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
     recorder = None
     if video is not None:
         made[0] = recorder = video.record(made[0], name)
+    if config.get("policies"):
+        return _evaluate_policies(run_dir, config, made, seed, name, episodes, agents or {}, deterministic,
+                                  default_source, recorder)
     slot = EnvSlot(made, [seed + j for j in range(envs)], name)
     try:
         chosen = _row_sources(slot.agents, agents or {}, default_source)
@@ -109,5 +126,29 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
                    for source in policies}
         return play(slot, policies, rows_of, episodes, deterministic, {a: labels[chosen[a]] for a in slot.agents},
                     recorder)
+    finally:
+        slot.close()
+
+
+def _evaluate_policies(run_dir: Path, config: dict[str, Any], made: list, seed: int, name: str, episodes: int,
+                       agents: Mapping[str, str], deterministic: bool, default_source: str,
+                       recorder: Any) -> Evaluation:
+    """`evaluate` for a run of several policies: each agent plays its own policy from its source
+    (`latest`: that policy's newest checkpoint, in `checkpoints/<policy>/`)."""
+    router = AgentRouter.from_rules(made[0].agent_ids, [(r["match"], r["policy"]) for r in config["agents"]],
+                                    config["policies"])
+    slot = GroupedSlot(made, [seed + j for j in range(len(made))], router, name)
+    try:
+        chosen = _row_sources(slot.agents, agents, default_source)
+        players: dict[str, tuple[str, Policy, np.ndarray]] = {}
+        labels: dict[str, str] = {}
+        for policy_name, group in slot.groups.items():
+            for source in sorted({chosen[a] for a in group.agents}):
+                policy, label = policy_for(source, run_dir, config, group.spaces, policy_name)
+                # the policy's rows are env-major, then its agents: row i is agent i % len(agents)
+                rows = [i for i in range(group.rows) if chosen[group.agents[i % len(group.agents)]] == source]
+                players[f"{policy_name}:{source}"] = (policy_name, policy, np.array(rows))
+                labels.update({a: f"{policy_name}/{label}" for a in group.agents if chosen[a] == source})
+        return play_grouped(slot, players, episodes, deterministic, {a: labels[a] for a in slot.agents}, recorder)
     finally:
         slot.close()

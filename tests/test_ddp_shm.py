@@ -62,6 +62,22 @@ def test_a_silent_peer_is_an_error_after_the_timeout() -> None:
             alone.close()
 
 
+def test_a_rank_waiting_on_peers_gives_up_once_the_run_stops() -> None:
+    """A peer that stopped first never answers: the waiting rank abandons the step at once
+    instead of waiting out the timeout (and its teardown still writes the checkpoint)."""
+    prefix = f"srl_test{os.getpid()}e_"
+    with tempfile.TemporaryDirectory() as root:
+        names = DirectoryNameService(root)
+        alone = ShmMean(names, "ddp/0/shm", f"{prefix}ddp-g0", 0, 2, NUMEL, timeout_s=60, stopping=lambda: True)
+        try:
+            started = time.monotonic()
+            with pytest.raises(RuntimeError, match="stopping"):
+                alone(torch.ones(NUMEL))
+            assert time.monotonic() - started < 15  # the grace (5 s), not the timeout (60 s)
+        finally:
+            alone.close()
+
+
 class _Net(torch.nn.Module):
     """What SharedWeights reaches of a policy: its parameters and buffers."""
 

@@ -27,6 +27,20 @@ def test_hns_mappo_runs_cleanly(run_srl, tmp_path):
     assert summary["env"] == env_stats
 
 
+def test_hns_with_a_policy_per_side_runs_and_checkpoints_each(run_srl, tmp_path):
+    run_dir = tmp_path / "run"
+    per_side = [f"policies.{side}.trainers.batch_steps=80" for side in ("seeker", "hider")]
+    result = run_srl("train", "hns-mappo-2p", "--run-dir", str(run_dir), "actors.count=1", "actors.envs_per_slot=1",
+                     "actors.trajectory_length=40", *per_side, "stop.env_steps=800", "log.tensorboard=false",
+                     timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 800
+    for side in ("seeker", "hider"):
+        assert summary[f"{side}/policy_version"] >= 1, summary
+        assert list((run_dir / "checkpoints" / side).glob("ckpt-*.pt")), side
+
+
 def test_score_agents_report_one_teams_return():
     from srl.envs.pettingzoo import PettingZooEnv
 

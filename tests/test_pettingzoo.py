@@ -139,9 +139,11 @@ def test_env_ring_masks_the_finished_agent_and_resets_when_all_are_done():
     assert not any(h[4] for h in history[:3])
 
 
-def test_different_agent_spaces_are_refused_with_the_env_named():
+def test_agents_may_differ_in_spaces_but_one_policy_for_all_of_them_is_refused():
+    env = PettingZooEnv(TwoAgents(b_obs_size=5))
+    assert env.observation_space("a")["obs"].shape == (2,) and env.observation_space("b")["obs"].shape == (5,)
     with pytest.raises(ValueError, match="TwoAgents.*'a' and 'b' have different"):
-        PettingZooEnv(TwoAgents(b_obs_size=5))
+        EnvSlot([env], [0], name="TwoAgents")
 
 
 def test_kwargs_with_a_built_env_are_refused():

@@ -8,6 +8,7 @@ component's own `Config` model when it declares one.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -348,6 +349,24 @@ class GroupOverride(Section):
     streams: dict[str, str] | None = None
 
 
+class PolicySpec(Section):
+    """One of several policies (`policies.<name>`): its own model, algorithm and trainers."""
+
+    policy: ComponentConfig = ComponentConfig(type="actor_critic")
+    algorithm: ComponentConfig = ComponentConfig(type="ppo")
+    trainers: TrainersConfig = TrainersConfig()
+
+
+class AgentRule(Section):
+    """`agents[i]`: agents whose id matches `match` (an fnmatch pattern) act with `policy`."""
+
+    match: str
+    policy: str
+
+
+#: What a policy may be called: it names worker groups, streams, metrics and a checkpoint directory.
+POLICY_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"
+
 
 class ExperimentConfig(Section):
     name: str
@@ -376,6 +395,63 @@ class ExperimentConfig(Section):
     workers: dict[str, GroupOverride] = {}
     #: Absent: one experiment. Set: a population of `size` members (population-based training).
     population: PopulationConfig | None = None
+    #: Several policies by name, each with its own model, algorithm, trainers, parameter and
+    #: sample streams (instead of the one-policy `policy:`/`algorithm:`/`trainers:` sections) ...
+    policies: dict[str, PolicySpec] = {}
+    #: ... and which agents each acts for: rules tried in order, the first match wins.
+    agents: list[AgentRule] = []
+
+    @pydantic.model_validator(mode="after")
+    def _policies_are_named(self) -> ExperimentConfig:
+        if not self.policies:
+            if self.agents:
+                raise ValueError("agents: maps agents to the policies of a `policies:` section; there is none")
+            return self
+        for name in self.policies:
+            if not re.match(POLICY_NAME, name):
+                raise ValueError(f"policies.{name}: a policy name is letters, digits and _ (starting with a letter)")
+        given = self.model_fields_set & {"policy", "algorithm", "trainers"}
+        if given:
+            raise ValueError(f"{min(given)}: with `policies:` each policy has its own policy, algorithm "
+                             "and trainers sections")
+        if not self.agents:
+            raise ValueError("agents: required with `policies:` (e.g. [{match: 'seeker_*', policy: seeker}])")
+        for i, rule in enumerate(self.agents):
+            if rule.policy not in self.policies:
+                raise ValueError(f"agents[{i}].policy: no policy {rule.policy!r} "
+                                 f"(policies: {', '.join(self.policies)})")
+        if self.actors.synchronous:
+            raise ValueError("actors.synchronous: not available with several policies")
+        if self.env.backend != "python":
+            raise ValueError("env.backend: several policies step their envs in Python (backend: python)")
+        if self.evaluation.count:
+            raise ValueError("evaluation.count: the evaluation worker plays one policy; not available with "
+                             "several policies yet")
+        if self.self_play is not None:
+            raise ValueError("self_play: a policy against its own past versions; not available with several "
+                             "policies yet")
+        if self.population is not None:
+            raise ValueError("population: members of one policy; not available with several policies yet")
+        for name, spec in self.policies.items():
+            if spec.trainers.count > self.actors.count:
+                raise ValueError(f"policies.{name}.trainers.count: {spec.trainers.count} trainers cannot be placed "
+                                 f"with {self.actors.count} actors (each consumes at least one actor's samples)")
+        return self
+
+    @pydantic.model_serializer(mode="wrap")
+    def _without_unused_sections(self, handler: Any) -> dict[str, Any]:
+        """One-policy configs dump without `policies`/`agents`, several-policy ones without the
+        one-policy `policy`/`algorithm`/`trainers`: the dump shows what the run used, and loads again."""
+        data = handler(self)
+        for key in ("policy", "algorithm", "trainers") if self.policies else ("policies", "agents"):
+            data.pop(key, None)
+        return data
+
+    def policy_view(self, name: str) -> ExperimentConfig:
+        """The experiment as policy `name` alone sees it: its sections in place of the one-policy ones."""
+        spec = self.policies[name]
+        return self.model_copy(update={"policy": spec.policy, "algorithm": spec.algorithm,
+                                       "trainers": spec.trainers, "policies": {}, "agents": []})
 
     @pydantic.model_validator(mode="after")
     def _stop_is_set(self) -> ExperimentConfig:
@@ -407,7 +483,9 @@ def check_devices(config: ExperimentConfig) -> None:
     """Fail before launch when a worker group asks for a device this machine lacks."""
     import torch
 
-    for section, device in (("policy_workers", config.policy_workers.device), ("trainers", config.trainers.device)):
+    devices = [("policy_workers", config.policy_workers.device), ("trainers", config.trainers.device)]
+    devices += [(f"policies.{name}.trainers", spec.trainers.device) for name, spec in config.policies.items()]
+    for section, device in devices:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"{section}.device: {device!r} requested but no CUDA device is available here")
 
@@ -484,18 +562,22 @@ def validate_components(config: ExperimentConfig) -> ExperimentConfig:
     """Resolve the policy and algorithm and check their own `args`. Raises ConfigError."""
     from srl.api.registry import ALGORITHMS, POLICIES, RegistryError
 
-    for section, registry in (("policy", POLICIES), ("algorithm", ALGORITHMS)):
-        component: ComponentConfig = getattr(config, section)
-        try:
-            cls = registry.resolve(component.type)
-        except RegistryError as exc:
-            raise ConfigError(f"{section}.type: {exc}") from None
-        model = getattr(cls, "Config", None)
-        if isinstance(model, type) and issubclass(model, BaseModel):
+    owners: list[tuple[str, Any]] = [("", config)]
+    if config.policies:
+        owners = [(f"policies.{name}.", spec) for name, spec in config.policies.items()]
+    for prefix, owner in owners:
+        for section, registry in (("policy", POLICIES), ("algorithm", ALGORITHMS)):
+            component: ComponentConfig = getattr(owner, section)
             try:
-                component.args = model.model_validate(component.args).model_dump()
-            except pydantic.ValidationError as exc:
-                raise ConfigError(_error_line(exc, f"{section}.args")) from None
+                cls = registry.resolve(component.type)
+            except RegistryError as exc:
+                raise ConfigError(f"{prefix}{section}.type: {exc}") from None
+            model = getattr(cls, "Config", None)
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                try:
+                    component.args = model.model_validate(component.args).model_dump()
+                except pydantic.ValidationError as exc:
+                    raise ConfigError(_error_line(exc, f"{prefix}{section}.args")) from None
     if config.population is not None:
         check_population(config.population, config.algorithm.args)
     return config

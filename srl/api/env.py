@@ -84,7 +84,7 @@ class Env(ABC):
         """Release simulator resources."""
 
 
-def spaces_of(env: Env) -> tuple[gym.spaces.Dict, gym.Space]:
-    """(observation space, action space) of the env's first agent."""
-    agent = env.agent_ids[0]
+def spaces_of(env: Env, agent: str | None = None) -> tuple[gym.spaces.Dict, gym.Space]:
+    """(observation space, action space) of `agent` (None: the env's first agent)."""
+    agent = env.agent_ids[0] if agent is None else agent
     return env.observation_space(agent), env.action_space(agent)

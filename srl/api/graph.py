@@ -28,6 +28,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
+from srl.api.agents import AgentRouter, route
 from srl.api.config import SAMPLER_NICE, ConfigError, ExperimentConfig, GroupOverride, Placement
 from srl.api.registry import ALGORITHMS, WORKERS, RegistryError
 
@@ -53,6 +54,9 @@ class Port:
     role: Literal["produce", "consume"]
     #: An optional port may be left unconnected (an actor reads parameters only with inline inference).
     optional: bool = False
+    #: A keyed port may also be joined once per key, as `<port>/<key>` (an actor's streams of
+    #: each of several policies: `samples/seeker`, `samples/hider`).
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,19 @@ class Graph(BaseModel):
         for name, group in self.groups.items():
             ports = ports_of[group.kind]
             for port, stream in group.streams.items():
-                if port not in ports:
+                base, keyed, _ = port.partition("/")
+                if base not in ports or (keyed and not ports[base].keyed):
                     raise GraphError(f"workers.{name}.streams: kind {group.kind!r} has no port {port!r} "
                                      f"(its ports: {', '.join(ports) or 'none'})")
-                declared = ports[port]
+                declared = ports[base]
                 entry = streams.setdefault(stream, {"kind": declared.stream, "produce": [], "consume": []})
                 if entry["kind"] != declared.stream:
                     raise GraphError(f"workers.{name}.streams.{port}: stream {stream!r} is a {entry['kind']} stream; "
                                      f"this port takes a {declared.stream} stream")
                 entry[declared.role].append((name, port))
             for port, declared in ports.items():
-                if not declared.optional and port not in group.streams:
+                joined = port in group.streams or any(p.startswith(f"{port}/") for p in group.streams)
+                if not declared.optional and not joined:
                     raise GraphError(f"workers.{name}.streams: port {port!r} ({declared.stream}) is not connected")
         for stream, entry in streams.items():
             for role in ("produce", "consume"):
@@ -205,6 +211,43 @@ def _sampler_groups(c: ExperimentConfig) -> dict[str, Group]:
     return groups
 
 
+def multi_policy_graph(config: ExperimentConfig, router: AgentRouter) -> Graph:
+    """One trainer group (and policy group, with remote inference) per policy, each on streams
+    of its own (`samples-<policy>`, `parameters-<policy>`, `inference-<policy>`), and one actor
+    group joined to all of them (its port `samples/<policy>` to `samples-<policy>`, ...).
+
+    Each policy's groups are its one-policy graph's (`Algorithm.graph` of `config.policy_view`),
+    renamed `<group>-<policy>`, and told its name and agents. Raises `ConfigError`.
+    """
+    groups: dict[str, Group] = {}
+    actor: Group | None = None
+    for name in config.policies:
+        view = config.policy_view(name)
+        algorithm = ALGORITHMS.resolve(view.algorithm.type)
+        graph = algorithm.graph(view) if hasattr(algorithm, "graph") else on_policy_graph(view)
+        extra = [g for g, group in graph.groups.items() if group.kind not in ("trainer", "policy", "actor")]
+        if extra:
+            raise ConfigError(f"policies.{name}.algorithm.type: {view.algorithm.type!r} trains in a graph with "
+                              f"{', '.join(extra)} workers; several policies work with on-policy algorithms "
+                              "(ppo, appo) for now")
+        agents = list(router.agents_of(name))
+        for group_name, group in graph.groups.items():
+            streams = {port: f"{stream}-{name}" for port, stream in group.streams.items()}
+            if group.kind == "actor":
+                if actor is None:
+                    settings = {k: v for k, v in group.settings.items() if k != "policy"}
+                    actor = group.model_copy(update={"streams": {}, "settings": {
+                        **settings, "policies": {}, "agents": {}}})
+                actor.streams.update({f"{port}/{name}": stream for port, stream in streams.items()})
+                actor.settings["policies"][name] = view.policy.model_dump()
+                actor.settings["agents"][name] = agents
+            else:
+                groups[f"{group_name}-{name}"] = group.model_copy(update={
+                    "streams": streams, "settings": {**group.settings, "policy_name": name, "agents": agents}})
+    assert actor is not None
+    return Graph(groups={**groups, "actor": actor})
+
+
 def with_evaluation(graph: Graph, config: ExperimentConfig) -> Graph:
     """The graph with an `eval` group reading its `parameters` stream, when the config's
     `evaluation:` section asks for one (whatever the algorithm's graph)."""
@@ -268,9 +311,13 @@ class ResolvedGraph:
 
 
 def experiment_graph(config: ExperimentConfig) -> Graph:
-    """One experiment's graph: the algorithm's default, evaluation, self-play, the config's `workers:`."""
-    algorithm = ALGORITHMS.resolve(config.algorithm.type)
-    default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
+    """One experiment's graph: the algorithm's default (or several policies' graph), evaluation,
+    self-play, the config's `workers:`."""
+    if config.policies:
+        default = multi_policy_graph(config, route(config))
+    else:
+        algorithm = ALGORITHMS.resolve(config.algorithm.type)
+        default = algorithm.graph(config) if hasattr(algorithm, "graph") else on_policy_graph(config)
     try:
         return apply_overrides(with_self_play(with_evaluation(default, config), config), config.workers)
     except (GraphError, pydantic.ValidationError) as exc:

@@ -1,5 +1,6 @@
-"""Tiny envs for tests and examples: `FakeEnv` (which action reached which env) and
-`RecallEnv` (a task only a policy with memory solves).
+"""Tiny envs for tests and examples: `FakeEnv` (which action reached which env),
+`RecallEnv` (a task only a policy with memory solves) and `TeamsEnv` (agents whose spaces
+differ, for several policies).
 
 `FakeEnv` is deterministic: each agent sees `[env_tag, t, last_action]` and earns 1 when its action equals
 `t % n_actions`, so a learner can solve it and a test can check which action reached
@@ -10,6 +11,7 @@ truncation; the env resets when every agent is done.
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -106,3 +108,48 @@ class RecallEnv(Env):
         last = self.t >= self.delay
         reward = float(last and int(actions["agent"]) == self.cue)
         return {"agent": AgentStep({keys.OBS: np.zeros(2, np.float32)}, reward, last, False)}
+
+
+class TeamsEnv(Env):
+    """Two teams whose spaces differ: `scout_<i>` sees 3 numbers and has 2 actions, `guard_<i>`
+    sees 5 and has 4. Each agent sees `[team marker, t, last action, 0...]` (marker 1 for
+    scouts, 2 for guards: a test can tell whose rows reached which trainer) and earns 1 when
+    its action equals `t % n_actions` (its own number of actions), so both teams can learn.
+    Episodes last `episode_length` steps and end by truncation for every agent at once.
+    """
+
+    #: team -> (marker, observation size, actions)
+    TEAMS: ClassVar[dict[str, tuple[float, int, int]]] = {"scout": (1.0, 3, 2), "guard": (2.0, 5, 4)}
+
+    def __init__(self, scouts: int = 1, guards: int = 2, episode_length: int = 8) -> None:
+        self.agent_ids = tuple([f"scout_{i}" for i in range(scouts)] + [f"guard_{i}" for i in range(guards)])
+        self.episode_length = episode_length
+        self.t = 0
+
+    def _team(self, agent: str) -> tuple[float, int, int]:
+        return self.TEAMS[agent.split("_")[0]]
+
+    def observation_space(self, agent: str) -> gym.spaces.Dict:
+        return gym.spaces.Dict({keys.OBS: gym.spaces.Box(-np.inf, np.inf, (self._team(agent)[1],), np.float32)})
+
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(self._team(agent)[2])
+
+    def _steps(self, actions: dict[str, np.ndarray] | None) -> dict[str, AgentStep]:
+        out = {}
+        for agent in self.agent_ids:
+            marker, size, n_actions = self._team(agent)
+            last = -1 if actions is None else int(actions[agent])
+            obs = np.zeros(size, np.float32)
+            obs[:3] = marker, self.t, last
+            reward = 0.0 if actions is None else float(last == (self.t - 1) % n_actions)
+            out[agent] = AgentStep({keys.OBS: obs}, reward, False, actions is not None and self.t >= self.episode_length)
+        return out
+
+    def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
+        self.t = 0
+        return self._steps(None)
+
+    def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
+        self.t += 1
+        return self._steps(actions)

@@ -6,8 +6,10 @@ ParallelEnv (an AEC env is converted), or an env object already built (programma
 
 Every agent sees `{"obs": its observation}` (a Dict observation passes through as it is),
 plus `{"state": global state}` when the env offers one (`state_space` or a working
-`state()`), so a centralised critic can read it. SRL runs one policy for every agent row,
-so all agents must share one observation space and one action space.
+`state()`), so a centralised critic can read it. Agents may differ in observation and
+action spaces; agents that act with one policy must share them (one policy for every
+agent needs them all alike; `policies:` and `agents:` in the config give each group of
+agents a policy of its own).
 
 PettingZoo drops finished agents from `env.agents` and from later steps' dicts; this
 adapter still answers for every agent in `possible_agents`, giving a finished agent a
@@ -83,25 +85,23 @@ class PettingZooEnv(Env):
             self.env, self.name = id, type(id).__name__
         self.agent_ids = tuple(self.env.possible_agents)
         self.render_fps = float(getattr(self.env, "metadata", {}).get("render_fps") or Env.render_fps)
-        first = self.agent_ids[0]
-        self._agent_obs_space = self.env.observation_space(first)
-        self._action_space = self.env.action_space(first)
-        for agent in self.agent_ids[1:]:
-            if self.env.observation_space(agent) != self._agent_obs_space or self.env.action_space(agent) != self._action_space:
-                raise ValueError(
-                    f"PettingZoo env {self.name!r}: agents {first!r} and {agent!r} have different observation or action "
-                    f"spaces; SRL runs one shared policy for all agents, so every agent needs the same spaces")
-        self._dict_obs = isinstance(self._agent_obs_space, gym.spaces.Dict)
-        fields = dict(self._agent_obs_space.spaces) if self._dict_obs else {keys.OBS: self._agent_obs_space}
         state_space = _state_space(self.env)
         self.has_state = state_space is not None
-        if self.has_state:
-            if STATE in fields:
-                raise ValueError(f"PettingZoo env {self.name!r}: its observations already have a {STATE!r} field")
-            fields[STATE] = state_space
-        self._obs_space = gym.spaces.Dict(fields)
-        self._zero_obs = {k: np.zeros(s.shape, s.dtype) for k, s in fields.items()}
-        self._discrete = isinstance(self._action_space, gym.spaces.Discrete)
+        self._obs_spaces: dict[str, gym.spaces.Dict] = {}
+        self._action_spaces: dict[str, gym.Space] = {}
+        self._dict_obs: dict[str, bool] = {}
+        self._zero_obs: dict[str, Observation] = {}
+        for agent in self.agent_ids:
+            space = self.env.observation_space(agent)
+            self._dict_obs[agent] = isinstance(space, gym.spaces.Dict)
+            fields = dict(space.spaces) if self._dict_obs[agent] else {keys.OBS: space}
+            if state_space is not None:
+                if STATE in fields:
+                    raise ValueError(f"PettingZoo env {self.name!r}: its observations already have a {STATE!r} field")
+                fields[STATE] = state_space
+            self._obs_spaces[agent] = gym.spaces.Dict(fields)
+            self._zero_obs[agent] = {k: np.zeros(s.shape, s.dtype) for k, s in fields.items()}
+            self._action_spaces[agent] = self.env.action_space(agent)
         unknown = set(score_agents or []) - set(self.agent_ids)
         if unknown:
             raise ValueError(f"PettingZoo env {self.name!r}: score_agents {sorted(unknown)} are not agents of it")
@@ -111,20 +111,20 @@ class PettingZooEnv(Env):
         self._length = 0
 
     def observation_space(self, agent: str) -> gym.spaces.Dict:
-        return self._obs_space
+        return self._obs_spaces[agent]
 
     def action_space(self, agent: str) -> gym.Space:
-        return self._action_space
+        return self._action_spaces[agent]
 
-    def _obs(self, obs: Any, state: np.ndarray | None) -> Observation:
-        out = dict(obs) if self._dict_obs else {keys.OBS: obs}
+    def _obs(self, agent: str, obs: Any, state: np.ndarray | None) -> Observation:
+        out = dict(obs) if self._dict_obs[agent] else {keys.OBS: obs}
         if state is not None:
             out[STATE] = state
         return out
 
-    def _placeholder(self) -> AgentStep:
+    def _placeholder(self, agent: str) -> AgentStep:
         """The step of an agent that finished earlier in this episode (a masked row)."""
-        return AgentStep(dict(self._zero_obs), 0.0, True, False, {})
+        return AgentStep(dict(self._zero_obs[agent]), 0.0, True, False, {})
 
     def _state(self) -> np.ndarray | None:
         return np.asarray(self.env.state()) if self.has_state else None
@@ -133,21 +133,22 @@ class PettingZooEnv(Env):
         self._score, self._length = 0.0, 0
         obs, infos = self.env.reset(seed=seed)
         state = self._state()
-        return {a: AgentStep(self._obs(obs[a], state), info=infos.get(a, {})) if a in obs else self._placeholder()
+        return {a: AgentStep(self._obs(a, obs[a], state), info=infos.get(a, {})) if a in obs else self._placeholder(a)
                 for a in self.agent_ids}
 
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
         live = self.env.agents
-        to_env = {a: int(actions[a]) if self._discrete else np.asarray(actions[a]) for a in live}
+        to_env = {a: int(actions[a]) if isinstance(self._action_spaces[a], gym.spaces.Discrete)
+                  else np.asarray(actions[a]) for a in live}
         obs, rewards, terminated, truncated, infos = self.env.step(to_env)
         state = self._state()
         out = {}
         for a in self.agent_ids:
             if a in obs:
-                out[a] = AgentStep(self._obs(obs[a], state), float(rewards.get(a, 0.0)), bool(terminated.get(a, False)),
+                out[a] = AgentStep(self._obs(a, obs[a], state), float(rewards.get(a, 0.0)), bool(terminated.get(a, False)),
                                    bool(truncated.get(a, False)), infos.get(a, {}))
             else:
-                out[a] = self._placeholder()
+                out[a] = self._placeholder(a)
         if self.score_agents:
             self._score += sum(float(rewards.get(a, 0.0)) for a in self.score_agents) / len(self.score_agents)
             self._length += 1

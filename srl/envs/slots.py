@@ -85,6 +85,11 @@ class EnvSlot(Slot):
         self.n_envs = len(self.envs)
         self.rows = self.n_envs * self.n_agents
         self.spaces = spaces_of(envs[0])
+        for agent in self.agents[1:]:
+            if (envs[0].observation_space(agent), envs[0].action_space(agent)) != self.spaces:
+                raise ValueError(f"env {name!r}: agents {self.agents[0]!r} and {agent!r} have different observation "
+                                 "or action spaces, and one policy acts for every agent; give each group of agents "
+                                 "a policy of its own (the config's `policies:` and `agents:`)")
         self.obs_fields = {k: (s.shape, s.dtype) for k, s in self.spaces[0].spaces.items()}
         self.reports_episodes = bool(getattr(envs[0], "reports_episodes", False))
         self.returns = np.zeros(self.n_envs)

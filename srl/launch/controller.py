@@ -101,8 +101,11 @@ class Controller:
         try:
             if self.resume:
                 self._clean_after_previous_run()
-                if (path := checkpoint.latest(self.run_dir.path / "checkpoints")) is not None:
-                    self.metrics.env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
+                # With several policies, each has its checkpoints in a directory of its own.
+                directories = [self.run_dir.path / "checkpoints" / p for p in self.config.policies]
+                paths = [checkpoint.latest(d) for d in directories or [self.run_dir.path / "checkpoints"]]
+                steps = [int(checkpoint.info(path).get("env_steps", 0)) for path in paths if path is not None]
+                self.metrics.env_steps_at_start = max(steps, default=0)
             self._launch()
             self._monitor()
         finally:
@@ -314,7 +317,7 @@ class Controller:
                         "trained_steps": self.metrics.total("trained_steps", workers),
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
                         **({"env": self.metrics.env_stats()} if self.metrics.episode_stats else {}),
-                        **self.metrics.reported}
+                        **self.metrics.policy_return_means(), **self.metrics.reported}
         if self.population is not None:
             self.summary["members"] = self.population.rows(workers)
             self.population.close(self.summary["members"])

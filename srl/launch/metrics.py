@@ -37,16 +37,22 @@ class RunMetrics:
         #: Workers' own metrics (a `metrics` dict in their stats) for the next line, and the latest of each.
         self.reported_since: dict[str, Any] = {}
         self.reported: dict[str, Any] = {}
+        #: With several policies: each one's window of episode returns (averaged over its agents).
+        self.policy_returns: dict[str, collections.deque[float]] = {}
 
     def take(self, worker: WorkerState, stats: dict[str, Any]) -> None:
         """A worker's newest stats; its finished episodes join the window (until the run stops)."""
         returns = stats.pop("episode_returns", [])
         episode_stats = stats.pop("episode_stats", None) or {}
+        by_policy = stats.pop("policy_episode_returns", None) or {}
         if "episode_returns" in worker.counters and not self.frozen:
             self.returns.extend(float(r) for r in returns)
             self.unreported.extend(float(r) for r in returns)
             for name, values in episode_stats.items():
                 self.episode_stats.setdefault(name, collections.deque(maxlen=RETURN_WINDOW)).extend(values)
+            for policy, some in by_policy.items():
+                window = self.policy_returns.setdefault(str(policy), collections.deque(maxlen=RETURN_WINDOW))
+                window.extend(float(r) for r in some)
         own = stats.pop("metrics", None)
         if isinstance(own, dict):  # taken while stopping too: the summary shows what the worker last did
             self.reported_since.update(own)
@@ -74,6 +80,10 @@ class RunMetrics:
         """The mean of each env statistic over its window, by name."""
         return {name: round(sum(values) / len(values), 4) for name, values in sorted(self.episode_stats.items())}
 
+    def policy_return_means(self) -> dict[str, float]:
+        """`<policy>/episode_return_mean` of each policy's window (several policies)."""
+        return {f"{p}/episode_return_mean": sum(w) / len(w) for p, w in self.policy_returns.items() if w}
+
     def record(self, workers: list[WorkerState], elapsed: float, fps: float) -> dict[str, Any]:
         """One line of metrics.jsonl.
 
@@ -88,7 +98,7 @@ class RunMetrics:
                 "episode_return_mean": self.return_mean, "episodes": len(self.returns),
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
                 "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
-                "episode_returns": returns}
+                "episode_returns": returns, **self.policy_return_means()}
         if self.episode_stats:
             line["env"] = self.env_stats()
         return {**line, **{key: value for key, value in own.items() if key not in line}}

@@ -39,6 +39,14 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                          "docs/population.md"),
     "duel-selfplay": ("rating of the newest version against its frozen pool 12.1 → 61.2 and 14.1 → 49.8 "
                       "(seeds 1, 2) in 180 s, 1.11M–1.23M env steps, 2 CPU cores", "docs/selfplay.md"),
+    "speaker-listener-mappo": (("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
+                                "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores"), "docs/environments.md"),
+    "adversary-mappo": (("two teams, a policy each: against random opponents the good agents score +20.0 (random "
+                         "+8.0), the adversary −19.8 (random −27.8), after 200k env steps (86 s), 2 CPU cores"),
+                        "docs/environments.md"),
+    "hns-mappo-2p": (("seekers and hiders with a policy each: after 15 minutes (140k env steps) trained hiders cut "
+                      "untrained seekers from −6.6 to −28.1; trained seekers score +21.9 against them, 2 CPU cores"),
+                     "docs/environments.md"),
     "hns-mappo": ("40-minute run (698k env steps); seekers trained against fixed hiders rise from −12 to +18",
                   "docs/environments.md"),
 }
@@ -114,8 +122,11 @@ def config_info(name: str) -> ConfigInfo:
     install = " && ".join(([f"pip install -e '.[{','.join(extras)}]'"] if extras else [])
                           + [EXTRA_NOTES[e] for e in extras if e in EXTRA_NOTES]) or "pip install -e ."
     reference, source = REFERENCE_RESULTS.get(name, (None, None))
+    # Several policies: each policy's algorithm, by policy name.
+    sections = [(f"{p}: ", spec or {}) for p, spec in (data.get("policies") or {}).items()] or [("", data)]
+    algorithm = ", ".join(f"{p}{(spec.get('algorithm') or {}).get('type') or 'ppo'!s}" for p, spec in sections)
     return ConfigInfo(name=name, env_type=str(env.get("type") or "gym"), env_id=str(env_id) if env_id else None,
-                      algorithm=str((data.get("algorithm") or {}).get("type") or "ppo"), extras=extras,
+                      algorithm=algorithm, extras=extras,
                       install=install, installed=_installed(env, extras), reference=reference,
                       reference_source=source)
 

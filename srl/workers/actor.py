@@ -7,17 +7,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from srl.api.agents import AgentRouter
 from srl.api.graph import Port
+from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slot_builder import make_slots
 from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
 from srl.workers.components import make_env, make_policy
-from srl.workers.env_ring import EnvRing
+from srl.workers.env_ring import EnvRing, JointRing
 from srl.workers.opponents import SelfPlay
+from srl.workers.routing import RoutedInference, RoutedSamples
 
 log = logging.getLogger(__name__)
 
@@ -30,43 +34,44 @@ class ActorWorker(Worker):
     """Runs an env ring; asks a policy worker to act (`inference` connected) or acts itself
     with the newest parameters (`parameters` connected); pushes trajectories to `samples`.
 
+    With several policies (`policies` and `agents` in its settings) each policy acts for its
+    agents' rows through its own ports (`samples/<policy>`, `inference/<policy>` or
+    `parameters/<policy>`), and each policy's trajectories hold only its agents.
+
     `actors.synchronous`: once it has sent the trainer a batch, it waits for the version
     trained on that batch before acting on (reproducible runs; see docs/design.md, "Seeds")."""
 
-    ports = {"samples": Port("samples", "produce"), "inference": Port("inference", "produce", optional=True),
-             "parameters": Port("parameters", "consume", optional=True)}
+    # With several policies each port is joined once per policy: `samples/<policy>`, ... (keyed).
+    ports = {"samples": Port("samples", "produce", keyed=True),
+             "inference": Port("inference", "produce", optional=True, keyed=True),
+             "parameters": Port("parameters", "consume", optional=True, keyed=True)}
     counters = ("env_steps", "episode_returns")
     progress = "env_steps"
 
     def setup(self) -> None:
         s = self.spec.settings
         actors = s["actors"]
-        make = lambda: make_env(s["env"])  # noqa: E731
-        slots = make_slots(make, actors["ring_size"], actors["envs_per_slot"],
-                           seed=self.spec.seed + 100_000 * self.spec.index,
-                           backend=s["env"].get("backend", "python"), env_config=s["env"])
-        self.inference: InferenceClient
-        # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
-        policy = make_policy(s["policy"], *slots[0].spaces)
-        policy.acting_as(self.spec.index, self.spec.group_size)
-        if "inference" not in self.spec.streams:
-            params = self.spec.streams["parameters"]
-            subscriber = open_subscriber(self.ctx, params.key, params.transport)
-            version, weights, _ = subscriber.wait()
-            policy.set_params(weights, version)
-            self.inference = InlineInference(policy, subscriber)
+        self.inference: InferenceClient | RoutedInference
+        self.ring: EnvRing | JointRing
+        #: Self-play (one policy): the pool's frozen versions play the other team.
+        self.self_play: SelfPlay | None = None
+        if "policies" in s:
+            self._setup_policies()
         else:
-            inf = self.spec.streams["inference"]
-            self.inference = RemoteInference(self.ctx, inf.key, inf.transport, self.name)
-        #: Self-play: frozen opponents from the pool act for the other team; only the learner's rows are sent.
-        self.self_play = None
-        if s.get("self_play"):
-            self.self_play = SelfPlay.open(s["self_play"], slots, self.spec.run_dir,
-                                           lambda: make_policy(s["policy"], *slots[0].spaces))
-            self.inference = self.self_play.wrap(self.inference)
-        self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)
-        samples = self.spec.streams["samples"]
-        self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, self.spec.settings["sample_slots"])
+            make = lambda: make_env(s["env"])  # noqa: E731
+            slots = make_slots(make, actors["ring_size"], actors["envs_per_slot"],
+                               seed=self.spec.seed + 100_000 * self.spec.index,
+                               backend=s["env"].get("backend", "python"), env_config=s["env"])
+            policy = make_policy(s["policy"], *slots[0].spaces)
+            self.inference = self._client(policy, "")
+            if s.get("self_play"):
+                # Frozen opponents from the pool act for the other team; only the learner's rows are sent.
+                self.self_play = SelfPlay.open(s["self_play"], slots, self.spec.run_dir,
+                                               lambda: make_policy(s["policy"], *slots[0].spaces))
+                self.inference = self.self_play.wrap(self.inference)
+            self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)
+            samples = self.spec.streams["samples"]
+            self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, s["sample_slots"])
         self.started = time.monotonic()
         self.trajectories = 0
         #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
@@ -76,6 +81,41 @@ class ActorWorker(Worker):
         self._blocked_at = (self.started, 0.0)
         for slot in range(self.ring.size):
             self.inference.request(slot, self.ring.start(slot))
+
+    def _client(self, policy: Policy, port: str) -> InferenceClient:
+        """How `policy` acts for this actor: inline with the newest parameters (`parameters<port>`
+        connected), or through a policy worker (`inference<port>`)."""
+        # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
+        policy.acting_as(self.spec.index, self.spec.group_size)
+        if f"inference{port}" not in self.spec.streams:
+            params = self.spec.streams[f"parameters{port}"]
+            subscriber = open_subscriber(self.ctx, params.key, params.transport)
+            version, weights, _ = subscriber.wait()
+            policy.set_params(weights, version)
+            return InlineInference(policy, subscriber)
+        inf = self.spec.streams[f"inference{port}"]
+        return RemoteInference(self.ctx, inf.key, inf.transport, self.name)
+
+    def _setup_policies(self) -> None:
+        """Several policies: each acts for its agents' rows, each gets its own trajectories."""
+        s = self.spec.settings
+        actors = s["actors"]
+        envs = [make_env(s["env"]) for _ in range(actors["ring_size"] * actors["envs_per_slot"])]
+        router = AgentRouter(envs[0].agent_ids, {a: p for p, agents in s["agents"].items() for a in agents})
+        seed = self.spec.seed + 100_000 * self.spec.index
+        n = actors["envs_per_slot"]
+        name = str(s["env"].get("id") or s["env"]["type"])
+        slots = [GroupedSlot(envs[k * n:(k + 1) * n], [seed + k * n + j for j in range(n)], router, name,
+                             s["env"].get("on_bad_output", "raise")) for k in range(actors["ring_size"])]
+        clients, states, producers = {}, {}, {}
+        for p, config in s["policies"].items():
+            policy = make_policy(config, *slots[0].groups[p].spaces)
+            clients[p], states[p] = self._client(policy, f"/{p}"), policy.initial_state
+            end = self.spec.streams[f"samples/{p}"]
+            producers[p] = SampleProducer(self.ctx, end.key, end.transport, self.name, s["sample_slots"])
+        self.inference = RoutedInference(clients)
+        self.samples = RoutedSamples(producers)
+        self.ring = JointRing(slots, actors["trajectory_length"], states)
 
     def poll(self) -> None:
         got = self.inference.reply(100)
@@ -92,7 +132,7 @@ class ActorWorker(Worker):
         elif trajectory is None or self._send_and_sync(trajectory):
             self.inference.request(slot, request)
 
-    def _send(self, trajectory: NamedArray) -> bool:
+    def _send(self, trajectory: NamedArray | dict[str, NamedArray]) -> bool:
         if self.self_play is not None:
             trajectory = self.self_play.samples_of(trajectory)
         sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self._waiting_for("samples"))
@@ -143,7 +183,9 @@ class ActorWorker(Worker):
                 "episode_stats": self.ring.pop_episode_stats(), "trajectories": self.trajectories,
                 "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
                 "sample_slots": self.samples.slots, "blocked_frac": blocked_frac,
-                **(self.self_play.stats() if self.self_play is not None else {})}
+                **(self.self_play.stats() if self.self_play is not None else {}),
+                **({"policy_episode_returns": self.ring.pop_policy_episodes()} if isinstance(self.ring, JointRing)
+                   else {})}
 
     def teardown(self) -> None:
         for closable in ("inference", "samples", "self_play"):

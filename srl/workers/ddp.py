@@ -27,6 +27,7 @@ import datetime
 import os
 import socket
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -37,6 +38,9 @@ from srl.streams.names import NameService
 from srl.streams.shm import Segment
 
 KEY = "ddp/rendezvous"
+#: Once the run stops, seconds a rank still waits for its peers' part of a round (the controller
+#: ends stragglers 10 s after the stop: this leaves time for the last checkpoint).
+PEER_STOP_GRACE_S = 5.0
 
 
 def _free_port(host: str) -> int:
@@ -57,7 +61,9 @@ class ShmMean:
     """
 
     def __init__(self, names: NameService, key: str, name: str, rank: int, world_size: int, numel: int,
-                 timeout_s: float) -> None:
+                 timeout_s: float, stopping: Callable[[], bool] | None = None) -> None:
+        #: True once this rank's run is stopping: a peer that already stopped will not answer.
+        self.stopping = stopping or (lambda: False)
         header = 8 * world_size
         size = header + 2 * world_size * numel * 4
         if rank == 0:
@@ -74,12 +80,19 @@ class ShmMean:
         half = self.rows[self.round % 2]
         half[self.rank] = vector.numpy()
         self.rounds[self.rank] = self.round  # after the data: x86 keeps stores in order
-        deadline = None
+        deadline = stopping_since = None
         while (self.rounds < self.round).any():
             os.sched_yield()
             deadline = deadline or time.monotonic() + self.timeout_s
             if time.monotonic() > deadline:
                 raise TimeoutError(f"data-parallel peers silent for {self.timeout_s:.0f} s")
+            if not self.stopping():
+                continue
+            # A peer still running answers within a moment and the round completes on every
+            # rank alike; one that stopped first never will.
+            stopping_since = stopping_since or time.monotonic()
+            if time.monotonic() - stopping_since > PEER_STOP_GRACE_S:
+                raise RuntimeError("the run is stopping and data-parallel peers have stopped: step abandoned")
         return torch.from_numpy(half.mean(axis=0))
 
     def close(self) -> None:
@@ -125,12 +138,12 @@ class SharedWeights:
 class DataParallel:
     def __init__(self, names: NameService, host: str, rank: int, world_size: int, device: str = "cpu",
                  timeout_s: float = 120.0, generation: int = 0, shm_prefix: str | None = None,
-                 mode: str = "allreduce", group: str = "trainer") -> None:
+                 mode: str = "allreduce", group: str = "trainer", stopping: Callable[[], bool] | None = None) -> None:
         self.rank, self.world_size, self.mode = rank, world_size, mode
-        # Per group (a population's members each have one) and per generation: a restarted
-        # group never finds its predecessor's address.
+        # Per group (several policies, or a population's members, train side by side, each its own
+        # group) and generation (a restarted group never finds its predecessor's address).
         key = f"{KEY}/{group}/{generation}"
-        self.names, self.key, self.timeout_s = names, key, timeout_s
+        self.names, self.key, self.timeout_s, self.stopping = names, key, timeout_s, stopping
         self._mean: ShmMean | None = None
         self._shared: SharedWeights | None = None
         # Gradients go through shared memory when every rank is on this host (and on the CPU):
@@ -167,7 +180,7 @@ class DataParallel:
         if self.shm_name is not None:
             numel = sum(p.numel() for p in self._params)
             self._mean = ShmMean(self.names, f"{self.key}/shm", self.shm_name, self.rank, self.world_size, numel,
-                                 self.timeout_s)
+                                 self.timeout_s, self.stopping)
         for parameter in self._params:
             parameter.register_post_accumulate_grad_hook(self._on_grad)
 

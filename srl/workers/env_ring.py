@@ -17,6 +17,10 @@ carries the bootstrap value).
         inference.request(slot, request)
         if trajectory is not None:
             samples.put(trajectory)
+
+Each slot's buffer is a `Track`. When agents act with several policies, `JointRing` runs
+`GroupedSlot`s with one `Track` per policy: a slot steps once every policy has answered,
+and each policy's trajectories hold only its own agents' rows.
 """
 
 from __future__ import annotations
@@ -27,10 +31,87 @@ import numpy as np
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import Slot, SlotStep
 
 #: Reply fields that are not stored per row: the RNN state is fed forward, not recorded twice.
 _CARRIED = (keys.RNN_STATE,)
+
+
+class Track:
+    """One trajectory buffer [T + 1, rows, ...] and the rows' recurrent state: the rows of one
+    ring slot that one policy acts for (all of them, with one policy)."""
+
+    def __init__(self, rows: int, obs_fields: dict[str, tuple[tuple[int, ...], np.dtype]], trajectory_length: int,
+                 initial_state: Callable[[int], NamedArray]) -> None:
+        self.T = trajectory_length
+        self.initial_state = initial_state
+        obs = NamedArray({k: np.zeros((self.T + 1, rows, *shape), dtype) for k, (shape, dtype) in obs_fields.items()})
+        self.buffer = buf = NamedArray({keys.OBS: obs})
+        buf[keys.REWARD] = np.zeros((self.T + 1, rows), np.float32)
+        buf[keys.TERMINATED] = np.zeros((self.T + 1, rows), bool)
+        buf[keys.TRUNCATED] = np.zeros((self.T + 1, rows), bool)
+        buf[keys.ALIVE] = np.ones((self.T + 1, rows), bool)
+        #: Per row t < T: where the slot's step t writes (reward, flags of row t; the next
+        #: observations and alive flags in row t + 1), made once instead of every step.
+        self.views = [SlotStep(buf[keys.REWARD][t], buf[keys.TERMINATED][t], buf[keys.TRUNCATED][t],
+                               buf[keys.ALIVE][t + 1], obs[t + 1]) for t in range(self.T)]
+        #: The reply fields' columns, by path.
+        self.columns: dict[str, np.ndarray] = {}
+        self.state = initial_state(rows)
+        self.t = 0
+
+    @property
+    def first_obs(self) -> NamedArray:
+        """Row 0's observations, which a slot's `reset_all` writes."""
+        return self.buffer[keys.OBS][0]
+
+    @property
+    def first_alive(self) -> np.ndarray:
+        return self.buffer[keys.ALIVE][0]
+
+    def _record(self, path: str, t: int, row: np.ndarray) -> None:
+        """Write row `t` of a field, allocating its [T + 1, ...] buffer the first time it appears."""
+        try:
+            column = self.columns[path]
+        except KeyError:
+            self.buffer[path] = np.zeros((self.T + 1, *np.shape(row)), np.asarray(row).dtype)
+            column = self.columns[path] = self.buffer[path]
+        column[t] = row
+
+    def request(self) -> NamedArray:
+        t = self.t
+        # Row t's observations: the views of row t - 1's step (row 0's are written by reset_all).
+        request = NamedArray({keys.OBS: self.views[t - 1].next_obs if t else self.first_obs})
+        if self.state.keys():  # an RNN policy: send the state, and record the one each row started from
+            request[keys.RNN_STATE] = self.state
+            for path, leaf in self.state.items_flat():
+                self._record(f"{keys.RNN_STATE}/{path}", t, leaf)
+        return request
+
+    def take(self, reply: NamedArray) -> tuple[NamedArray | None, np.ndarray, SlotStep]:
+        """Record the reply in row t; returns (the finished trajectory or None, the actions to
+        step with, where the step writes). Row T's reply ships the buffer and becomes row 0."""
+        for path, leaf in reply.items_flat():
+            if path.split("/", 1)[0] not in _CARRIED:
+                self._record(path, self.t, leaf)
+        trajectory = None
+        if self.t == self.T:
+            trajectory = self.buffer.copy()
+            self.buffer[0] = self.buffer[self.T]
+            self.t = 0
+        out = self.views[self.t]
+        out.reset_rows = []  # the views are reused every T steps; the resets are this step's own
+        return trajectory, self.buffer[keys.ACTION][self.t], out
+
+    def advance(self, reply: NamedArray, out: SlotStep) -> NamedArray:
+        """After the slot stepped into `out`: carry the RNN state (fresh for reset rows); the next request."""
+        state = reply[keys.RNN_STATE].copy() if keys.RNN_STATE in reply else NamedArray()
+        if state.keys() and out.reset_rows:
+            state[np.asarray(out.reset_rows)] = self.initial_state(len(out.reset_rows))
+        self.state = state
+        self.t += 1
+        return self.request()
 
 
 class EnvRing:
@@ -39,13 +120,7 @@ class EnvRing:
         self.slots = list(slots)
         self.T = trajectory_length
         self.initial_state = initial_state or (lambda n: NamedArray())
-        self.buffers: list[NamedArray] = []
-        #: Per slot and row t: views of the buffer that step t writes (see `_views`).
-        self.views: list[list[SlotStep]] = []
-        #: Per slot: the reply fields' columns, by path.
-        self.columns: list[dict[str, np.ndarray]] = []
-        self.t = [0] * len(self.slots)
-        self.states: list[NamedArray] = []
+        self.tracks: list[Track | None] = [None] * len(self.slots)
         #: Returns and lengths of episodes finished since `pop_episodes()` was last called.
         self.episode_returns: list[float] = []
         self.episode_lengths: list[int] = []
@@ -55,81 +130,27 @@ class EnvRing:
     def size(self) -> int:
         return len(self.slots)
 
+    @property
+    def buffers(self) -> list[NamedArray]:
+        return [track.buffer for track in self.tracks if track is not None]
+
     def start(self, slot: int) -> NamedArray:
         """Reset the slot's envs; returns its first request."""
         s = self.slots[slot]
-        obs = NamedArray({k: np.zeros((self.T + 1, s.rows, *shape), dtype) for k, (shape, dtype) in s.obs_fields.items()})
-        buffer = NamedArray({keys.OBS: obs})
-        buffer[keys.REWARD] = np.zeros((self.T + 1, s.rows), np.float32)
-        buffer[keys.TERMINATED] = np.zeros((self.T + 1, s.rows), bool)
-        buffer[keys.TRUNCATED] = np.zeros((self.T + 1, s.rows), bool)
-        buffer[keys.ALIVE] = np.ones((self.T + 1, s.rows), bool)
-        s.reset_all(obs[0], buffer[keys.ALIVE][0])
-        while len(self.buffers) <= slot:
-            self.buffers.append(NamedArray())
-            self.states.append(NamedArray())
-            self.views.append([])
-            self.columns.append({})
-        self.buffers[slot] = buffer
-        self.views[slot] = self._views(buffer)
-        self.columns[slot] = {}
-        self.states[slot] = self.initial_state(s.rows)
-        self.t[slot] = 0
-        return self._request(slot)
-
-    def _views(self, buf: NamedArray) -> list[SlotStep]:
-        """For each row t < T: where the slot's step t writes (reward, flags of row t; the next
-        observations and alive flags in row t + 1), made once per slot instead of every step."""
-        obs = buf[keys.OBS]
-        return [SlotStep(buf[keys.REWARD][t], buf[keys.TERMINATED][t], buf[keys.TRUNCATED][t],
-                         buf[keys.ALIVE][t + 1], obs[t + 1]) for t in range(self.T)]
-
-    def _record(self, slot: int, path: str, t: int, row: np.ndarray) -> None:
-        """Write row `t` of a field, allocating its [T + 1, ...] buffer the first time it appears."""
-        columns = self.columns[slot]
-        try:
-            column = columns[path]
-        except KeyError:
-            buf = self.buffers[slot]
-            buf[path] = np.zeros((self.T + 1, *np.shape(row)), np.asarray(row).dtype)
-            column = columns[path] = buf[path]
-        column[t] = row
-
-    def _request(self, slot: int) -> NamedArray:
-        t = self.t[slot]
-        # Row t's observations: the views of row t - 1's step (row 0's are written by start).
-        obs = self.views[slot][t - 1].next_obs if t else self.buffers[slot][keys.OBS][0]
-        request = NamedArray({keys.OBS: obs})
-        state = self.states[slot]
-        if state.keys():  # an RNN policy: send the state, and record the one each row started from
-            request[keys.RNN_STATE] = state
-            for path, leaf in state.items_flat():
-                self._record(slot, f"{keys.RNN_STATE}/{path}", t, leaf)
-        return request
+        track = self.tracks[slot] = Track(s.rows, s.obs_fields, self.T, self.initial_state)
+        s.reset_all(track.first_obs, track.first_alive)
+        return track.request()
 
     def step(self, slot: int, reply: NamedArray) -> tuple[NamedArray, NamedArray | None]:
         """Record the reply, step the slot's envs; returns (next request, finished trajectory or None)."""
-        s, buf, t = self.slots[slot], self.buffers[slot], self.t[slot]
-        for path, leaf in reply.items_flat():
-            if path.split("/", 1)[0] not in _CARRIED:
-                self._record(slot, path, t, leaf)
-        trajectory = None
-        if t == self.T:
-            trajectory = buf.copy()
-            buf[0] = buf[self.T]
-            t = 0
-        out = self.views[slot][t]
-        out.reset_rows = []  # the views are reused every T steps; the resets are this step's own
-        for episode_return, length in s.step(buf[keys.ACTION][t], out):
+        track = self.tracks[slot]
+        assert track is not None
+        trajectory, actions, out = track.take(reply)
+        for episode_return, length in self.slots[slot].step(actions, out):
             self.episode_returns.append(episode_return)
             self.episode_lengths.append(length)
-        next_state = reply[keys.RNN_STATE].copy() if keys.RNN_STATE in reply else NamedArray()
-        if next_state.keys() and out.reset_rows:
-            next_state[np.asarray(out.reset_rows)] = self.initial_state(len(out.reset_rows))
-        self.env_steps += s.n_envs
-        self.t[slot] = t + 1
-        self.states[slot] = next_state
-        return self._request(slot), trajectory
+        self.env_steps += self.slots[slot].n_envs
+        return track.advance(reply, out), trajectory
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         returns, lengths = self.episode_returns, self.episode_lengths
@@ -138,8 +159,77 @@ class EnvRing:
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
         """The envs' own statistics (`srl.api.env.EPISODE_STATS`) of episodes finished since the last call."""
-        merged: dict[str, list[float]] = {}
-        for s in self.slots:
-            for name, values in s.pop_episode_stats().items():
-                merged.setdefault(name, []).extend(values)
-        return merged
+        return pop_episode_stats(self.slots)
+
+class JointRing:
+    """The ring over `GroupedSlot`s: requests, replies and trajectories are dicts by policy.
+
+    A slot steps once every policy's reply for it is in; each policy's rows have a `Track`
+    of their own, so each policy's trajectories hold only its agents.
+
+        ring = JointRing(slots, T, {"seeker": seeker.initial_state, "hider": hider.initial_state})
+        requests = ring.start(slot)                       # {policy: request}
+        requests, trajectories = ring.step(slot, replies)  # replies: {policy: reply}
+    """
+
+    def __init__(self, slots: Sequence[GroupedSlot], trajectory_length: int,
+                 initial_states: dict[str, Callable[[int], NamedArray]]) -> None:
+        self.slots = list(slots)
+        self.T = trajectory_length
+        self.initial_states = initial_states
+        self.tracks: list[dict[str, Track]] = [{} for _ in self.slots]
+        self.episode_returns: list[float] = []
+        self.episode_lengths: list[int] = []
+        #: Per policy: returns (averaged over its agents) of episodes finished since `pop_policy_episodes()`.
+        self.policy_returns: dict[str, list[float]] = {p: [] for p in initial_states}
+        self.env_steps = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.slots)
+
+    def start(self, slot: int) -> dict[str, NamedArray]:
+        s = self.slots[slot]
+        tracks = self.tracks[slot] = {p: Track(g.rows, g.obs_fields, self.T, self.initial_states[p])
+                                      for p, g in s.groups.items()}
+        s.reset_all({p: t.first_obs for p, t in tracks.items()}, {p: t.first_alive for p, t in tracks.items()})
+        return {p: t.request() for p, t in tracks.items()}
+
+    def step(self, slot: int, replies: dict[str, NamedArray]) -> tuple[dict[str, NamedArray],
+                                                                       dict[str, NamedArray] | None]:
+        """Record every policy's reply, step the slot; returns (next requests by policy, the
+        finished trajectories by policy, or None when none finished)."""
+        tracks = self.tracks[slot]
+        taken = {p: track.take(replies[p]) for p, track in tracks.items()}
+        finished, by_policy = self.slots[slot].step({p: a for p, (_, a, _) in taken.items()},
+                                                    {p: out for p, (_, _, out) in taken.items()})
+        for episode_return, length in finished:
+            self.episode_returns.append(episode_return)
+            self.episode_lengths.append(length)
+        for policy, episodes in by_policy.items():
+            self.policy_returns[policy].extend(r for r, _ in episodes)
+        self.env_steps += self.slots[slot].n_envs
+        requests = {p: track.advance(replies[p], taken[p][2]) for p, track in tracks.items()}
+        finished_trajectories = {p: t for p, (t, _, _) in taken.items() if t is not None}
+        return requests, finished_trajectories or None
+
+    def pop_episodes(self) -> tuple[list[float], list[int]]:
+        returns, lengths = self.episode_returns, self.episode_lengths
+        self.episode_returns, self.episode_lengths = [], []
+        return returns, lengths
+
+    def pop_policy_episodes(self) -> dict[str, list[float]]:
+        returns, self.policy_returns = self.policy_returns, {p: [] for p in self.policy_returns}
+        return returns
+
+    def pop_episode_stats(self) -> dict[str, list[float]]:
+        return pop_episode_stats(self.slots)
+
+
+def pop_episode_stats(slots: Sequence[Any]) -> dict[str, list[float]]:
+    """The slots' env statistics of episodes finished since the last call, merged by name."""
+    merged: dict[str, list[float]] = {}
+    for s in slots:
+        for name, values in s.pop_episode_stats().items():
+            merged.setdefault(name, []).extend(values)
+    return merged

@@ -1,5 +1,8 @@
 """Playing episodes without training: a policy (or several, one per group of agents) on an env slot.
 
+A run that trains several policies plays on a `GroupedSlot` (each policy's rows apart) with
+`play_grouped`; both share one loop.
+
     result = play(slot, {"trained": policy}, {"trained": np.arange(slot.rows)}, episodes=10,
                   deterministic=True, labels={})
 
@@ -10,7 +13,8 @@ version of a training run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,10 +22,14 @@ import numpy as np
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import EnvSlot, SlotStep
 
 if TYPE_CHECKING:
     from srl.envs.render import RecordingEnv
+
+#: (return, length) of one episode.
+Episode = tuple[float, int]
 
 
 @dataclass
@@ -33,6 +41,9 @@ class Evaluation:
     env_steps: int
     #: agent id -> the source it acted with (a checkpoint by its file name)
     agents: dict[str, str]
+    #: Several policies: each one's mean return (its agents' rewards summed over the episode,
+    #: averaged over its agents), over the same episodes.
+    policy_returns: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -46,54 +57,92 @@ def play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndarr
     past its share are not counted: taking whichever episodes end first would favour short
     ones, so a policy that fails early on some starts would look worse than it is.
     """
-    obs = NamedArray({k: np.zeros((slot.rows, *shape), dtype) for k, (shape, dtype) in slot.obs_fields.items()})
-    alive = np.ones(slot.rows, bool)
-    slot.reset_all(obs, alive)
-    states = {s: p.initial_state(len(rows_of[s])) for s, p in policies.items()}
-    actions = None
-    out = SlotStep(np.zeros(slot.rows, np.float32), np.zeros(slot.rows, bool), np.zeros(slot.rows, bool), alive, obs)
+    obs, out = _rows(slot.rows, slot.obs_fields)
+    slot.reset_all(obs, out.alive)
+    players = {source: ("", policy, rows_of[source]) for source, policy in policies.items()}
+    return _play({"": (obs, out)}, players, lambda actions: (slot.step(actions[""], out), {}), slot,
+                 getattr(slot, "n_agents", 1),
+                 episodes, deterministic, labels, recorder)
+
+
+def play_grouped(slot: GroupedSlot, players: dict[str, tuple[str, Policy, np.ndarray]], episodes: int,
+                 deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None = None) -> Evaluation:
+    """`play` on a slot whose agents act with several policies (`srl.envs.grouped_slot`):
+    each player is (the policy whose rows it acts for, the `Policy` acting, its rows among them)."""
+    groups = {p: _rows(g.rows, g.obs_fields) for p, g in slot.groups.items()}
+    slot.reset_all({p: obs for p, (obs, _) in groups.items()}, {p: out.alive for p, (_, out) in groups.items()})
+    outs = {p: out for p, (_, out) in groups.items()}
+    first = next(iter(slot.groups))
+    return _play(groups, players, lambda actions: slot.step(actions, outs), slot,
+                 len(slot.groups[first].agents), episodes, deterministic, labels, recorder, counted_by=first)
+
+
+def _rows(rows: int, fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[NamedArray, SlotStep]:
+    """Observations of `rows` rows, and where a slot's step writes them (no time axis: played, not recorded)."""
+    obs = NamedArray({k: np.zeros((rows, *shape), dtype) for k, (shape, dtype) in fields.items()})
+    return obs, SlotStep(np.zeros(rows, np.float32), np.zeros(rows, bool), np.zeros(rows, bool),
+                         np.ones(rows, bool), obs)
+
+
+def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tuple[str, Policy, np.ndarray]],
+          step: Callable[[dict[str, np.ndarray]], tuple[list[Episode], dict[str, list[Episode]]]], slot: Any,
+          agents_per_env: int,
+          episodes: int, deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None,
+          counted_by: str = "") -> Evaluation:
+    """The loop of `play`: each player acts for its rows of its group; `step(actions by group)`
+    steps the slot and returns the episodes that ended (and each policy's, for several); the
+    envs whose rows of group `counted_by` reset are those that ended episodes."""
+    states = {k: policy.initial_state(len(rows)) for k, (_, policy, rows) in players.items()}
+    actions: dict[str, np.ndarray] = {}
     share = [(episodes + j) // slot.n_envs for j in range(slot.n_envs)]
-    finished: list[tuple[float, int]] = []
+    finished: list[Episode] = []
+    by_policy: dict[str, list[Episode]] = {}
     steps = 0
     while len(finished) < episodes or (recorder is not None and not recorder.done):
-        for source, policy in policies.items():
-            rows = rows_of[source]
-            reply = policy.rollout(obs[rows], states[source], deterministic=deterministic)
-            if actions is None:
-                actions = np.zeros((slot.rows, *reply[keys.ACTION].shape[1:]), reply[keys.ACTION].dtype)
-            actions[rows] = reply[keys.ACTION]
-            states[source] = reply[keys.RNN_STATE] if keys.RNN_STATE in reply else states[source]
-        out.reset_rows.clear()
-        ended = slot.step(actions, out)  # writes the next observations into `obs`
-        finished.extend(_within_share(ended, out.reset_rows, slot, share))
+        for key, (group, policy, rows) in players.items():
+            reply = policy.rollout(groups[group][0][rows], states[key], deterministic=deterministic)
+            if group not in actions:
+                n = len(groups[group][1].reward)
+                actions[group] = np.zeros((n, *reply[keys.ACTION].shape[1:]), reply[keys.ACTION].dtype)
+            actions[group][rows] = reply[keys.ACTION]
+            states[key] = reply[keys.RNN_STATE] if keys.RNN_STATE in reply else states[key]
+        for _, out in groups.values():
+            out.reset_rows.clear()
+        ended, policies_ended = step(actions)  # writes the next observations into each group's `obs`
+        envs = list(dict.fromkeys(r // agents_per_env for r in groups[counted_by][1].reset_rows))
+        kept = _within_share(len(ended), envs, slot, share)
+        finished.extend(ended[i] for i in kept)
+        for policy, episodes_ended in policies_ended.items():  # one per env that ended, as `ended` when not env-reported
+            chosen = kept if len(episodes_ended) == len(ended) else range(len(episodes_ended))
+            by_policy.setdefault(policy, []).extend(episodes_ended[i] for i in chosen)
         steps += slot.n_envs
-        if out.reset_rows:
-            reset = set(out.reset_rows)
-            for source, policy in policies.items():
-                local = [i for i, r in enumerate(rows_of[source]) if r in reset]
-                if local and states[source].keys():
-                    states[source][np.asarray(local)] = policy.initial_state(len(local))
+        for key, (group, policy, rows) in players.items():
+            reset = set(groups[group][1].reset_rows)
+            local = [i for i, r in enumerate(rows) if r in reset]
+            if local and states[key].keys():
+                states[key][np.asarray(local)] = policy.initial_state(len(local))
     returns = np.array([r for r, _ in finished[:episodes]])
     lengths = np.array([n for _, n in finished[:episodes]])
     stderr = float(returns.std(ddof=1) / math.sqrt(len(returns))) if len(returns) > 1 else float("nan")
-    return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels)
+    policy_returns = {p: float(np.mean([r for r, _ in e[:episodes]])) for p, e in by_policy.items() if e}
+    return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels,
+                      policy_returns)
 
 
-def _within_share(ended: list[tuple[float, int]], reset_rows: list[int], slot: EnvSlot,
-                  share: list[int]) -> list[tuple[float, int]]:
-    """The episodes that just ended whose env has not yet played its share (`share`, counted down).
+def _within_share(ended: int, envs: list[int], slot: Any, share: list[int]) -> list[int]:
+    """Which of the `ended` episodes that just ended count: those whose env has not yet played
+    its share (`share`, counted down).
 
     An env slot ends an episode and resets its env in one step, in env order, so the envs
-    whose rows were reset are the ones that ended these episodes. A slot where that does not
+    whose rows were reset (`envs`, in order) are the ones that ended these episodes. A slot where that does not
     hold (an env reporting its own episodes, an EnvPool batch resetting a step later) counts
     every episode, as before.
     """
-    envs = list(dict.fromkeys(r // getattr(slot, "n_agents", 1) for r in reset_rows))
-    if getattr(slot, "reports_episodes", False) or len(envs) != len(ended):
-        return ended
+    if getattr(slot, "reports_episodes", False) or len(envs) != ended:
+        return list(range(ended))
     kept = []
-    for j, episode in zip(envs, ended):
+    for i, j in enumerate(envs):
         if share[j] > 0:
             share[j] -= 1
-            kept.append(episode)
+            kept.append(i)
     return kept

@@ -30,7 +30,9 @@ class PolicyWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
         env = make_env(s["env"])
-        self.policy = make_policy(s["policy"], *spaces_of(env), device=s["device"])
+        # With several policies, this group serves one: its spaces are its agents'.
+        agent = s["agents"][0] if s.get("agents") else None
+        self.policy = make_policy(s["policy"], *spaces_of(env, agent), device=s["device"])
         # Its copy acts for its share of the actors: it explores as policy worker i of n.
         self.policy.acting_as(self.spec.index, self.spec.group_size)
         env.close()

@@ -46,11 +46,16 @@ class TrainerWorker(Worker):
     def setup(self) -> None:
         s = self.spec.settings
         env = make_env(s["env"])
-        self.policy = make_policy(s["policy"], *spaces_of(env), device=s["trainers"]["device"])
+        #: With several policies: the one this group trains (its agents' spaces, its checkpoint directory).
+        self.policy_name = s.get("policy_name")
+        agent = s["agents"][0] if s.get("agents") else None
+        self.policy = make_policy(s["policy"], *spaces_of(env, agent), device=s["trainers"]["device"])
         env.close()
         self.batch_steps = s["trainers"]["batch_steps"]
         self.max_staleness = s["trainers"]["max_staleness"]
         self.checkpoint_dir = Path(self.spec.run_dir) / "checkpoints"
+        if self.policy_name:
+            self.checkpoint_dir = self.checkpoint_dir / self.policy_name
         self.checkpoint_every_s = s["checkpoint"]["every_s"]
         self.keep = s["checkpoint"]["keep"]
         self.env_steps_at_start = 0
@@ -69,7 +74,8 @@ class TrainerWorker(Worker):
         if world_size > 1:
             self.ddp = DataParallel(self.ctx.names, self.ctx.host, self.rank, world_size, s["trainers"]["device"],
                                     generation=self.spec.generation, shm_prefix=self.ctx.shm_prefix,
-                                    mode=s["trainers"]["data_parallel"], group=self.spec.group)
+                                    mode=s["trainers"]["data_parallel"], group=self.spec.group,
+                                    stopping=lambda: self.stopping)
             self.ddp.attach(self.policy)
         self.publisher = None
         if self.rank == 0:  # one trainer speaks for all: they hold identical parameters
@@ -245,7 +251,13 @@ class TrainerWorker(Worker):
                 "hyperparameters": {k: v for k, v in self.algorithm.config.model_dump().items()
                                     if isinstance(v, (int, float)) and not isinstance(v, bool)},
                 **({"loaded": self.loaded} if self.loaded else {}),
-                **({"param_digest": self._digest()} if self.ddp is not None else {})}
+                **({"param_digest": self._digest()} if self.ddp is not None else {}),
+                **({"metrics": self._policy_metrics()} if self.policy_name and self.rank == 0 else {})}
+
+    def _policy_metrics(self) -> dict[str, Any]:
+        """This policy's numbers in the run's metrics, under its name (several policies train at once)."""
+        p = self.policy_name
+        return {f"{p}/policy_version": self.policy.version, f"{p}/train": self.last_stats}
 
     def _digest(self) -> str:
         """A short hash of the weights: equal across data-parallel trainers, step after step."""

@@ -26,10 +26,10 @@ def test_srl_bench_smoke(run_srl, tmp_path):
 def test_ring_sweep_smoke(tmp_path):
     out = tmp_path / "ring.json"
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ring_sweep.py"), "cartpole-ppo", "--seconds", "1",
-                             "--sizes", "1", "2", "--json", str(out), "actors.count=1"],
+                             "--sizes", "2", "--json", str(out), "actors.count=1"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert set(json.loads(out.read_text())["steps_per_s"]) == {"1", "2"}
+    assert set(json.loads(out.read_text())["steps_per_s"]) == {"2"}
 
 
 def test_wire_auth_smoke(tmp_path):
@@ -42,10 +42,10 @@ def test_wire_auth_smoke(tmp_path):
 
 def test_chaos_soak_smoke_without_kills(tmp_path):
     out = tmp_path / "soak.json"
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--no-kills", "--minutes", "0.2",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--no-kills", "--minutes", "0.12",
                              "--every", "1", "--json", str(out), "streams.when_full=drop_oldest"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    figures = json.loads(out.read_text())  # no return to reach in 12 s: `passed` is not asserted
+    figures = json.loads(out.read_text())  # no return to reach in 7 s: `passed` is not asserted
     assert not figures["kills"] and figures["summary"]["env_steps"] > 0, result.stdout[-3000:]
     assert figures["memory"] and all(m["peak_mb"] > 0 for m in figures["memory"].values())
     assert figures["clean"]["summary"] and not figures["clean"]["shm_left"] and not figures["clean"]["alive"]

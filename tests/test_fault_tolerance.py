@@ -55,7 +55,7 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
     # while the kills may still be under way.
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=40", "checkpoint.every_s=2", "log.tensorboard=false"),
+                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=28", "checkpoint.every_s=2", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for name in ("actor.0", "policy.0", "trainer.0"):

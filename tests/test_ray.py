@@ -133,7 +133,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                     "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
                     "policy_workers.placement.resources={node1: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                    "stop.episode_return=null", "stop.time_s=30", "log.tensorboard=false", "log.progress=false"),
+                    "stop.episode_return=null", "stop.time_s=20", "log.tensorboard=false", "log.progress=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def workers() -> dict[str, dict]:

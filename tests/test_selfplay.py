@@ -397,7 +397,7 @@ def test_bad_self_play_config_is_one_line_naming_the_field(bad, message):
 @pytest.mark.integration
 def test_self_play_run_fills_the_pool_and_reports_ratings(run_srl, tmp_path):
     run_dir = tmp_path / "run"
-    trained = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "stop.time_s=15", "stop.env_steps=null",
+    trained = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "stop.time_s=12", "stop.env_steps=null",
                       "self_play.every_s=3", "self_play.snapshot_every_versions=3", "self_play.episodes=8",
                       "self_play.envs=8", "self_play.opponents_per_round=2", "actors.envs_per_slot=16",
                       "trainers.batch_steps=1024", "log.progress=false", "log.tensorboard=false", timeout=120)

@@ -108,12 +108,11 @@ class BufferWorker(Worker):
             if not self._send():
                 break
             sent += 1
-        if not took and not sent:  # idle: wait a little on the side that can move us on
-            if self._may_take():
-                # Only for samples: a trajectory that arrives is taken at once (a trainer's
-                # reply waits for the next poll, at most 5 ms, as a batch is rarely that short).
-                if (got := self.consumer.get(5)) is not None:
-                    self._insert(got[1])
+        if not took and not sent:  # idle: wait a little for whichever side can move us on
+            # (Waiting on samples alone when it may take them cost training throughput: a
+            # trainer's credit then waited out the 5 ms, batch after batch.)
+            if self._may_take() and (got := self.consumer.get(5)) is not None:
+                self._insert(got[1])
             else:
                 self.out.poll(5)
         if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:

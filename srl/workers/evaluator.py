@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from srl.api.graph import Port
 from srl.envs.gym_slot import GymSlot
 from srl.envs.slots import EnvSlot
-from srl.streams.parameters import open_subscriber
 from srl.workers import checkpoint
-from srl.workers.base import FatalError, Worker
+from srl.workers.base import FatalError
 from srl.workers.components import make_env, make_policy
 from srl.workers.play import Evaluation, play
+from srl.workers.rounds import RoundsWorker
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +141,10 @@ class Evaluator:
         self.slot.close()
 
 
-class EvalWorker(Worker):
+class EvalWorker(RoundsWorker):
     """A shell around an `Evaluator`: the parameter stream in, `eval_*` metrics out (once each)."""
 
-    ports = {"parameters": Port("parameters", "consume")}
-    # No counters: its env steps and returns are not the run's (the stop rule never sees them);
-    # no progress stat: it waits on the clock by design, so heartbeats alone watch it.
+    seconds_key = "eval_s"
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -157,40 +153,27 @@ class EvalWorker(Worker):
         if self.evaluator.best.version is not None:
             log.info("the score to beat: %.2f (version %d, in best.json)", self.evaluator.best.score,
                      self.evaluator.best.version)
-        params = self.spec.streams["parameters"]
-        self.params = open_subscriber(self.ctx, params.key, params.transport)
         self.env_steps_at_version = 0
-        self.last: dict[str, Any] = {}
-        #: The newest result, until a heartbeat carries it into the run's metrics (once).
-        self.unreported: dict[str, Any] | None = None
+        self.open_parameters()
 
-    def poll(self) -> None:
-        got = self.params.poll()
-        if got is not None:
-            version, weights, _ = got
-            self.evaluator.hold(version, weights)
-            self.env_steps_at_version = int(self.controller_info.get("env_steps", 0))
-        now = time.monotonic()
-        if not self.evaluator.due(now):
-            time.sleep(0.05)
-            return
-        with self.busy():  # episodes can outlast the heartbeat timeout
-            result = self.evaluator.evaluate(now, self.env_steps_at_version)
-        self.last = {**result, "eval_s": round(time.monotonic() - now, 3)}
-        self.unreported = dict(self.last)
+    def take(self, version: int, weights: Any) -> None:
+        self.evaluator.hold(version, weights)
+        self.env_steps_at_version = int(self.controller_info.get("env_steps", 0))
+
+    def round_due(self, now: float) -> bool:
+        return self.evaluator.due(now)
+
+    def play_round(self, now: float) -> dict[str, Any]:
+        return self.evaluator.evaluate(now, self.env_steps_at_version)
+
+    def log_round(self, result: dict[str, Any]) -> None:
         log.info("version %d: eval return %.2f over %d episodes in %.1f s; best %.2f (version %s)",
-                 result["eval_version"], result["eval_return_mean"], result["eval_episodes"], self.last["eval_s"],
+                 result["eval_version"], result["eval_return_mean"], result["eval_episodes"], result["eval_s"],
                  result["eval_best_return"], result["eval_best_version"])
 
-    def stats(self) -> dict[str, Any]:
-        if not hasattr(self, "unreported"):
-            return {}
-        report, self.unreported = self.unreported, None
-        return {"evaluations": self.evaluator.evaluations, "held_version": self.evaluator.version, **self.last,
-                **({"metrics": report} if report else {})}
+    def counts(self) -> dict[str, Any]:
+        return {"evaluations": self.evaluator.evaluations, "held_version": self.evaluator.version}
 
-    def teardown(self) -> None:
-        if hasattr(self, "params"):
-            self.params.close()
+    def close_rounds(self) -> None:
         if hasattr(self, "evaluator"):
             self.evaluator.close()

@@ -26,21 +26,19 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from srl.api.env import spaces_of
-from srl.api.graph import Port
 from srl.league.match import Games, play_games, split_agents
 from srl.league.pool import Entry, Pool, pool_path
 from srl.league.rating import Rating, Ratings
-from srl.streams.parameters import open_subscriber
 from srl.workers import checkpoint
-from srl.workers.base import FatalError, Worker
+from srl.workers.base import FatalError
 from srl.workers.components import make_env, make_policy
+from srl.workers.rounds import RoundsWorker
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +154,10 @@ class League:
             env.close()
 
 
-class LeagueWorker(Worker):
+class LeagueWorker(RoundsWorker):
     """A shell around a `League`: the parameter stream in, `selfplay_*` and `eval_win_rate` metrics out."""
 
-    ports = {"parameters": Port("parameters", "consume")}
-    # No counters and no progress stat: like an evaluation worker, it waits on the clock.
+    seconds_key = "selfplay_s"
 
     def setup(self) -> None:
         s = self.spec.settings
@@ -169,41 +166,31 @@ class LeagueWorker(Worker):
                                  seed=SEED_BASE + self.spec.seed + self.spec.index * 2**24)
         except ValueError as exc:  # the learner's patterns do not fit the env: a restart cannot help
             raise FatalError(str(exc)) from exc
-        params = self.spec.streams["parameters"]
-        self.params = open_subscriber(self.ctx, params.key, params.transport)
-        self.last: dict[str, Any] = {}
-        self.unreported: dict[str, Any] | None = None
+        self.open_parameters()
 
-    def poll(self) -> None:
-        got = self.params.poll()
-        if got is not None:
-            version, weights, _ = got
-            self.league.hold(version, weights, int(self.controller_info.get("env_steps", 0)))
+    def take(self, version: int, weights: Any) -> None:
+        self.league.hold(version, weights, int(self.controller_info.get("env_steps", 0)))
+
+    def between_rounds(self) -> None:
         if self.league.snapshot_due():
             entry = self.league.snapshot()
             log.info("version %d into the pool (rating %.2f)", entry.version, entry.metadata["rating_conservative"])
-        now = time.monotonic()
-        if not self.league.round_due(now):
-            time.sleep(0.05)
-            return
-        with self.busy():
-            result = self.league.play_round(now)
-        self.last = {**result, "selfplay_s": round(time.monotonic() - now, 3)}
-        self.unreported = dict(self.last)
+
+    def round_due(self, now: float) -> bool:
+        return self.league.round_due(now)
+
+    def play_round(self, now: float) -> dict[str, Any]:
+        return self.league.play_round(now)
+
+    def log_round(self, result: dict[str, Any]) -> None:
         log.info("version %d: rating %.2f (mu %.2f, sigma %.2f), won %.0f%% of %d games against versions %s",
                  result["selfplay_version"], result["selfplay_rating"], result["selfplay_rating_mu"],
                  result["selfplay_rating_sigma"], 100 * result["eval_win_rate"], result["selfplay_games"],
                  result["selfplay_opponents"])
 
-    def stats(self) -> dict[str, Any]:
-        if not hasattr(self, "unreported"):
-            return {}
-        report, self.unreported = self.unreported, None
-        return {"rounds": self.league.rounds, "held_version": self.league.version, **self.last,
-                **({"metrics": report} if report else {})}
+    def counts(self) -> dict[str, Any]:
+        return {"rounds": self.league.rounds, "held_version": self.league.version}
 
-    def teardown(self) -> None:
-        if hasattr(self, "params"):
-            self.params.close()
+    def close_rounds(self) -> None:
         if hasattr(self, "league"):
             self.league.close()

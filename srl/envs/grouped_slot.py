@@ -23,7 +23,7 @@ from srl.api.agents import AgentRouter
 from srl.api.env import EPISODE_STATS, AgentStep, Env
 from srl.data.named_array import NamedArray
 from srl.envs import checks
-from srl.envs.slots import SlotStep
+from srl.envs.slots import EpisodeStats, SlotStep
 
 Episode = tuple[float, int]
 
@@ -66,8 +66,7 @@ class GroupedSlot:
         self.policy_returns = {p: np.zeros(self.n_envs) for p in self.groups}
         self.lengths = np.zeros(self.n_envs, np.int64)
         self.alive = {p: np.ones(g.rows, bool) for p, g in self.groups.items()}
-        #: The envs' own statistics (`info[EPISODE_STATS]`) of finished episodes, until popped.
-        self._episode_stats: dict[str, list[float]] = {}
+        self.episode_stats = EpisodeStats()
 
     def _row(self, agent: str, j: int) -> tuple[str, int]:
         policy, k = self.place[agent]
@@ -100,6 +99,7 @@ class GroupedSlot:
         for returns in self.policy_returns.values():
             returns[:] = 0.0
         self.lengths[:] = 0
+        self.episode_stats.pop()
         for policy in self.groups:
             self.alive[policy][:] = True
             alive[policy][:] = True
@@ -132,8 +132,7 @@ class GroupedSlot:
                     finished.append((float(st.info["episode_return"]), int(st.info.get("episode_length", 0))))
                 if stats is None:
                     stats = st.info.get(EPISODE_STATS)
-            for name, value in (stats or {}).items():
-                self._episode_stats.setdefault(name, []).append(float(value))
+            self.episode_stats.add(stats)
             self.returns[j] += total / len(self.agents)
             for policy, group in self.groups.items():
                 self.policy_returns[policy][j] += totals[policy] / len(group.agents)
@@ -179,8 +178,7 @@ class GroupedSlot:
             self.skipped_episodes += 1
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
-        stats, self._episode_stats = self._episode_stats, {}
-        return stats
+        return self.episode_stats.pop()
 
     def close(self) -> None:
         for env in self.envs:

@@ -33,6 +33,22 @@ class SlotStep:
     reset_rows: list[int] = field(default_factory=list)
 
 
+class EpisodeStats:
+    """The envs' own statistics (`info[EPISODE_STATS]`) of finished episodes, until popped:
+    name -> one value per episode."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = {}
+
+    def add(self, stats: dict[str, float] | None) -> None:
+        for name, value in (stats or {}).items():
+            self.values.setdefault(name, []).append(float(value))
+
+    def pop(self) -> dict[str, list[float]]:
+        values, self.values = self.values, {}
+        return values
+
+
 class Slot(ABC):
     """A group of envs stepped together, flattened to `rows` (env-major, then agent).
 
@@ -95,7 +111,7 @@ class EnvSlot(Slot):
         self.returns = np.zeros(self.n_envs)
         self.lengths = np.zeros(self.n_envs, np.int64)
         self.alive = np.ones(self.rows, bool)
-        self._episode_stats: dict[str, list[float]] = {}
+        self.episode_stats = EpisodeStats()
 
     def _write_obs(self, dest: NamedArray, j: int, steps: dict[str, AgentStep], check_dtypes: bool = False) -> None:
         for a, agent in enumerate(self.agents):
@@ -133,7 +149,7 @@ class EnvSlot(Slot):
             self._write_obs(obs, j, env.reset(seed=self.seeds[j]), check_dtypes=True)
         self.returns[:] = 0.0  # a slot played again (evaluations) starts its episodes from zero
         self.lengths[:] = 0
-        self._episode_stats = {}
+        self.episode_stats.pop()
         self.alive[:] = True
         alive[:] = True
 
@@ -166,9 +182,7 @@ class EnvSlot(Slot):
                     finished.append((float(st.info["episode_return"]), int(st.info.get("episode_length", 0))))
                 if stats is None:
                     stats = st.info.get(EPISODE_STATS)
-            if stats:
-                for name, value in stats.items():
-                    self._episode_stats.setdefault(name, []).append(float(value))
+            self.episode_stats.add(stats)
             self.returns[j] += total / n
             self.lengths[j] += 1
             if all_done:
@@ -185,8 +199,7 @@ class EnvSlot(Slot):
         return finished
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
-        stats, self._episode_stats = self._episode_stats, {}
-        return stats
+        return self.episode_stats.pop()
 
     def close(self) -> None:
         for env in self.envs:

@@ -122,12 +122,12 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
     queue.put(samples / (time.perf_counter() - start))
 
 
-def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any) -> None:
+def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, threads: int = 1) -> None:
     import torch
 
     from srl.workers.components import make_algorithm, make_policy
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     config = validate(config_data)
     T = config.actors.trajectory_length
     obs_space, act_space, obs = _policy_inputs(config, 512)
@@ -195,8 +195,13 @@ def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[N
     return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
 
 
-def _parallel(target: Any, args: tuple, processes: int) -> float:
-    """Run `target(*args, [seed,] queue)` in `processes` spawned processes; sum their rates."""
+def _parallel(target: Any, args: Any, processes: int) -> float:
+    """Run `target(*args(i), queue)` in `processes` spawned processes; sum their rates."""
+    return float(sum(_gather(target, args, processes)))
+
+
+def _gather(target: Any, args: Any, processes: int) -> list[Any]:
+    """Run `target(*args(i), queue)` in `processes` spawned processes; what each put, in no set order."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args(i), queue)) for i in range(processes)]
@@ -210,7 +215,7 @@ def _parallel(target: Any, args: tuple, processes: int) -> float:
             if p.exitcode is None:
                 p.kill()
                 p.join()
-    return float(sum(rates))
+    return rates
 
 
 # ------------------------------------------------------------------------ the real system

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file,
-                            validate_components, validate_structure)
+                            take_auto, validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
 from srl.launch.tracking import check_wandb
 
@@ -32,7 +32,8 @@ def _train(args: argparse.Namespace) -> int:
             data = read_config_file(config_name)
         else:
             raise ConfigError("train: give a CONFIG (bundled name or YAML path) or --resume DIR")
-        config = validate_structure(apply_overrides(data, overrides))
+        data, auto = take_auto(apply_overrides(data, overrides))
+        config = validate_structure(data)
         # Start the worker fork server now: it imports torch on one core while the
         # components' own settings are checked (which imports them) on the other.
         from srl.launch.local import LocalLauncher
@@ -41,6 +42,7 @@ def _train(args: argparse.Namespace) -> int:
         config = validate_components(config)
         check_devices(config)
         check_wandb(config.log.wandb)
+        config, layout = _layout(config, auto)
         resolve_graph(config)  # the worker graph: kinds, their settings, every stream
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
@@ -65,12 +67,32 @@ def _train(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk, a read-only file system: no run can start there
         print(f"srl: cannot write the run directory {run_dir}: {exc}", file=sys.stderr)
         return 1
+    if layout is not None:
+        _write_layout(run_dir, layout)
     if args.resume:
         for line in _changes(previous_config, config):
             print(f"srl: resuming with {line}", file=sys.stderr)
     summary = controller.run()
     print(json.dumps(summary, indent=1))
     return 0 if not summary.get("errors") else 1
+
+
+def _layout(config: ExperimentConfig, auto: list[str]) -> tuple[ExperimentConfig, dict[str, Any] | None]:
+    """The config with its `auto` layout fields chosen from measurements (srl.layout), said on stderr."""
+    if not auto:
+        return config, None
+    from srl.layout import describe, resolve
+
+    config, record = resolve(config, auto, say=lambda line: print(f"srl: {line}", file=sys.stderr))
+    print(f"srl: {describe(record)}", file=sys.stderr)
+    return config, record
+
+
+def _write_layout(run_dir: Path, record: dict[str, Any]) -> None:
+    try:
+        (Path(run_dir) / "layout.json").write_text(json.dumps(record, indent=1))
+    except OSError as exc:
+        print(f"srl: cannot write layout.json in {run_dir}: {exc}", file=sys.stderr)
 
 
 def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -157,7 +179,8 @@ def _top(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     try:
-        config = validate_components(validate_structure(apply_overrides(read_config_file(args.config), args.overrides)))
+        data, auto = take_auto(apply_overrides(read_config_file(args.config), args.overrides))
+        config, _ = _layout(validate_components(validate_structure(data)), auto)
         resolve_graph(config)  # the worker graph: kinds, their settings, every stream
         if config.policies:
             raise ConfigError("policies: srl bench measures one policy's trainer; a config of several policies "

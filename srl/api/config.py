@@ -8,6 +8,7 @@ component's own `Config` model when it declares one.
 
 from __future__ import annotations
 
+import copy
 import re
 from importlib import resources
 from pathlib import Path
@@ -537,12 +538,41 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+#: The layout fields a config may set to `auto`: `srl.layout` chooses them from measurements on
+#: this machine before the run starts (docs/layout.md); everything downstream sees plain values.
+AUTO_FIELDS = ("actors.count", "actors.envs_per_slot", "actors.ring_size", "actors.inference",
+               "policy_workers.count", "trainers.placement.threads")
+AUTO = "auto"
+
+
+def take_auto(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The raw config without its `auto` layout fields (so their defaults validate), and those fields.
+
+    An `auto` anywhere else is left in place for validation to refuse (see `_error_line`).
+    """
+    out = copy.deepcopy(data)
+    taken = []
+    for field in AUTO_FIELDS:
+        *sections, leaf = field.split(".")
+        node = out
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(leaf) == AUTO:
+            del node[leaf]
+            taken.append(field)
+    return out, taken
+
+
 def _error_line(error: pydantic.ValidationError, prefix: str = "") -> str:
     first = error.errors()[0]
     where = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
     extra = len(error.errors()) - 1
     more = f" (and {extra} more)" if extra else ""
     message = first["msg"].removeprefix("Value error, ")
+    if first.get("input") == AUTO and where in AUTO_FIELDS:  # validated without `take_auto` first
+        message = "`auto` is chosen by `srl train` and `srl bench` (srl.layout); elsewhere give a value"
+    elif first.get("input") == AUTO:
+        message = f"`auto` is not a value here; it may set only {', '.join(AUTO_FIELDS)} (chosen from measurements)"
     # Whole-config checks name their field themselves ("stop: ...", "trainers.count: ...").
     return f"{where}: {message}{more}" if where else f"{message}{more}"
 

@@ -1,0 +1,382 @@
+"""The worker layout chosen from measurements: `auto` in a config's layout fields.
+
+`srl train cartpole-ppo actors.count=auto` (or `auto` in any of `AUTO_FIELDS`: envs per slot,
+ring size, inline or remote inference, policy workers, trainer threads) measures, on the
+cores the run has, the three rates `srl bench` isolates (srl/bench.py), each per core:
+
+* e: env steps/s one core steps the env alone (E / N);
+* i(b): samples/s one core's forward passes reach at batch b (I / N), at powers of two;
+* l(t): env steps/s one learner process absorbs with t torch threads (L / N for one thread).
+
+`choose` (pure: unit-tested without a process) predicts, for each candidate layout, the env
+steps/s the trainers learn from, as the smallest of what each part can take:
+
+* the learner: `trainers.count` · l(t);
+* the actors: each is one process, so at most A / c_actor, where c_actor is the CPU seconds an
+  actor spends per env step: 1/e + 1/i(b) inline; 1/e plus its side of a request per env
+  (`REQUEST_COST_S` / b) with remote inference, and with a ring of one slot also the wait for
+  the reply (its slot's forward pass), which a ring of two or more hides;
+* the policy workers (remote): P / (1/i(B) + `REQUEST_COST_S` / b), B the batch a worker
+  drains (every slot of its share of the actors);
+* the cores, shared by all: N / (c_actor + c_policy + t / l(t)) (a trainer of t threads holds t
+  cores while it steps).
+
+The best prediction wins; predictions within `TIE` of it count as equal (the measurements'
+noise), and among those the fewest processes, inline inference, the largest slots, the
+shortest ring and the fewest trainer threads win, in that order. Two rules keep the learning
+the config was tuned for and the cores busy: every env in flight fits in one training batch
+(actors · ring · envs per slot · trajectory length ≤ batch_steps, and a trajectory divides it),
+so the samples are no staler than a batch; and the samplers are at least as many as the cores
+(at nice 10 they fill whatever core the trainer leaves while it waits for a batch).
+
+Measurements are cached per (what they depend on, cores, host) under ~/.cache/srl/layout/, so a
+restarted or resumed run starts at once; a resumed run's config.yaml holds plain numbers anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srl.api.config import AUTO_FIELDS, ConfigError, ExperimentConfig, validate_structure
+
+#: CPU seconds one inference request costs each side (actor; policy worker) beyond the forward
+#: pass: encoding, shared memory, ZeroMQ and process wake-ups. docs/benchmarks.md measures the
+#: actor's side at about 104 µs (ring sweep, Pong); the policy worker's is taken as alike.
+REQUEST_COST_S = 100e-6
+#: Predictions this close to the best are taken as equal.
+TIE = 0.03
+#: Seconds each rate is measured for (the learner: at least one training step after a warm-up one).
+PART_SECONDS = 1.0
+#: Bump when what is measured or how changes: older cached measurements are then ignored.
+MEASURE_VERSION = 1
+
+
+# ------------------------------------------------------------------------ the model (pure)
+@dataclass(frozen=True)
+class Measured:
+    """Per-core rates measured on this machine (see the module docstring)."""
+
+    cores: int
+    #: e: env steps/s of one core stepping the env alone.
+    env: float
+    #: i(b): samples/s of one core's forward passes, by batch size b.
+    inference: dict[int, float]
+    #: l(t): env steps/s one learner process absorbs, by torch threads t.
+    learner: dict[int, float]
+
+    def inference_at(self, batch: float) -> float:
+        """i(batch), interpolated between measured sizes on log scales (held flat past the ends)."""
+        sizes = sorted(self.inference)
+        if batch <= sizes[0]:
+            return self.inference[sizes[0]]
+        if batch >= sizes[-1]:
+            return self.inference[sizes[-1]]
+        hi = next(s for s in sizes if s >= batch)
+        lo = max(s for s in sizes if s < batch)
+        w = (math.log(batch) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return math.exp((1 - w) * math.log(self.inference[lo]) + w * math.log(self.inference[hi]))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a layout must respect: the config's learning settings and the layout fields it fixes."""
+
+    trajectory_length: int
+    batch_steps: int
+    trainers: int = 1
+    #: Layout fields given a value (not `auto`), by their `AUTO_FIELDS` name.
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Layout:
+    actors: int
+    envs_per_slot: int
+    ring_size: int
+    inference: str
+    policy_workers: int
+    trainer_threads: int
+
+    def fields(self) -> dict[str, Any]:
+        """The layout as config fields (`AUTO_FIELDS` order)."""
+        return dict(zip(AUTO_FIELDS, (self.actors, self.envs_per_slot, self.ring_size, self.inference,
+                                      self.policy_workers, self.trainer_threads)))
+
+    @property
+    def processes(self) -> int:
+        return self.actors + (self.policy_workers if self.inference == "remote" else 0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    layout: Layout
+    #: Env steps/s the trainers learn from.
+    trained: float
+    #: What each part could take (env steps/s), by part; the smallest is the bound.
+    limits: dict[str, float]
+
+    @property
+    def bound(self) -> str:
+        return min(self.limits, key=self.limits.__getitem__)
+
+
+@dataclass(frozen=True)
+class Choice:
+    best: Prediction
+    #: Every candidate, best first.
+    ranked: list[Prediction]
+    reason: str
+
+
+def predict(m: Measured, layout: Layout, trainers: int = 1) -> Prediction:
+    """The env steps/s the trainers would learn from with `layout` (module docstring)."""
+    a, b, r, p, t = layout.actors, layout.envs_per_slot, layout.ring_size, layout.policy_workers, layout.trainer_threads
+    learner = m.learner[t]
+    cpu_train = t / learner  # core-seconds per env step: t threads busy for 1 / l(t)
+    limits = {"learner": trainers * learner}
+    if layout.inference == "inline":
+        cpu_actor = 1 / m.env + 1 / m.inference_at(b)
+        limits["actors"] = a / cpu_actor
+        cpu_policy = 0.0
+    else:
+        batch = a * r / p * b  # a policy worker drains every slot of its share of the actors
+        cpu_policy = 1 / m.inference_at(batch) + REQUEST_COST_S / b
+        cpu_actor = 1 / m.env + REQUEST_COST_S / b
+        # A ring of one slot idles while its forward pass runs; two or more step meanwhile.
+        wait = (batch / m.inference_at(batch) + REQUEST_COST_S) / b if r == 1 else 0.0
+        limits["actors"] = a / (cpu_actor + wait)
+        limits["policy workers"] = p / cpu_policy
+    limits["cores"] = m.cores / (cpu_actor + cpu_policy + trainers * cpu_train)
+    return Prediction(layout, min(limits.values()), limits)
+
+
+def candidates(m: Measured, shape: Shape) -> list[Layout]:
+    """Every layout the model weighs: the fixed fields as given, the rules of the module docstring."""
+    fixed = shape.fixed
+    envs_max = shape.batch_steps // shape.trajectory_length
+
+    def options(name: str, free: list[Any]) -> list[Any]:
+        return [fixed[name]] if name in fixed else free
+
+    slots = options("actors.envs_per_slot", [2**k for k in range(int(math.log2(max(envs_max, 1))) + 1)
+                                             if shape.batch_steps % (2**k * shape.trajectory_length) == 0])
+    out = []
+    for inference in options("actors.inference", ["inline", "remote"]):
+        remote = inference == "remote"
+        rings = options("actors.ring_size", [1, 2, 4] if remote else [1])  # inline: one slot, one batch
+        workers = options("policy_workers.count", list(range(1, m.cores + 1)) if remote else [1])
+        actors = options("actors.count", list(range(max(1, shape.trainers), 2 * m.cores + 1)))
+        threads = options("trainers.placement.threads", sorted(t for t in m.learner if t <= m.cores))
+        for a, b, r, p, t in itertools.product(actors, slots, rings, workers, threads):
+            if remote and p > a:
+                continue
+            out.append(Layout(a, b, r, inference, p, t))
+    fits = [c for c in out if c.actors * c.ring_size * c.envs_per_slot <= max(envs_max, 1)]
+    busy = [c for c in fits if c.processes >= m.cores]
+    return busy or fits or out  # relax a rule only when the fixed fields leave nothing that keeps it
+
+
+def choose(m: Measured, shape: Shape) -> Choice:
+    """The layout predicted to train fastest (ties: the simplest), and why."""
+    predictions = [predict(m, c, shape.trainers) for c in candidates(m, shape)]
+    if not predictions:
+        raise ValueError("no layout fits the fixed fields")
+    top = max(p.trained for p in predictions)
+
+    def preference(p: Prediction) -> tuple:
+        c = p.layout
+        return (p.trained < (1 - TIE) * top, c.processes, c.inference != "inline", -c.envs_per_slot,
+                c.ring_size, c.trainer_threads, -p.trained)
+
+    ranked = sorted(predictions, key=preference)
+    return Choice(ranked[0], ranked, _reason(m, shape, ranked))
+
+
+def _reason(m: Measured, shape: Shape, ranked: list[Prediction]) -> str:
+    best = ranked[0]
+    c = best.layout
+    parts = [f"predicted {best.trained:,.0f} trained env steps/s, bound by the {best.bound}",
+             f"measured per core: env {m.env:,.0f} steps/s, forward pass {m.inference_at(c.envs_per_slot):,.0f} "
+             f"samples/s at batch {c.envs_per_slot}, learner " +
+             ", ".join(f"{v:,.0f} ({t} thread{'s' if t > 1 else ''})" for t, v in sorted(m.learner.items()))]
+    # The best of each other kind of layout, with what holds it back.
+    for label, other in (("remote inference", lambda p: p.layout.inference != c.inference),
+                         ("more trainer threads", lambda p: p.layout.trainer_threads > c.trainer_threads),
+                         ("fewer trainer threads", lambda p: p.layout.trainer_threads < c.trainer_threads),
+                         ("more actors", lambda p: p.layout.actors > c.actors)):
+        rival = next((p for p in ranked[1:] if other(p)), None)
+        if rival is not None:
+            name = label if label != "remote inference" else f"{rival.layout.inference} inference"
+            parts.append(f"{name}: {rival.trained:,.0f} (bound by the {rival.bound})")
+    cap = shape.batch_steps // shape.trajectory_length
+    parts.append(f"at most {cap} envs in flight (batch_steps / trajectory_length)")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------ measuring
+def cores_available() -> int:
+    """The cores this process may run on: its CPU affinity, and its cgroup's CPU quota if lower."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def _inference_rates(config_data: dict[str, Any], batches: list[int], seconds: float, queue: Any) -> None:
+    """srl.bench's forward-pass rate at each batch size, in one process (one start-up for all)."""
+    from srl.bench import _inference_rate
+
+    class Collect(list):
+        put = list.append
+
+    rates = Collect()
+    for batch in batches:
+        _inference_rate(config_data, batch, seconds, rates)
+    queue.put(dict(zip(batches, rates)))
+
+
+def measure(config: ExperimentConfig, cores: int, threads: list[int], seconds: float = PART_SECONDS) -> Measured:
+    """e, i(b) and l(t) on `cores` cores, with srl.bench's isolated measurements."""
+    from srl.bench import _env_rate, _gather, _learner_rate, _parallel
+
+    data = config.model_dump(mode="json")
+    envs_max = max(1, config.trainers.batch_steps // config.actors.trajectory_length)
+    batches = [2**k for k in range(int(math.log2(envs_max)) + 1)]
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="srl-layout-cwd-") as scratch:
+        os.chdir(scratch)  # simulators may write files into the working directory
+        try:
+            env = _parallel(_env_rate, lambda i: (data["env"], 16, seconds, config.seed + i), cores) / cores
+            per_process = _gather(_inference_rates, lambda i: (data, batches, seconds / 2), cores)
+            inference = {b: sum(r[b] for r in per_process) / cores for b in batches}
+            learner = {1: _parallel(_learner_rate, lambda i: (data, seconds), cores) / cores}
+            for t in threads:
+                if t > 1:  # one process alone with t threads, as the trainer runs
+                    learner[t] = _parallel(functools.partial(_learner_rate, threads=t), lambda i: (data, seconds), 1)
+        finally:
+            os.chdir(here)
+    return Measured(cores, env, inference, learner)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "srl" / "layout"
+
+
+def _cache_key(config: ExperimentConfig, cores: int, threads: list[int]) -> dict[str, Any]:
+    """What the measurements depend on: the env, policy and algorithm, the batch's shape, the machine."""
+    return {"version": MEASURE_VERSION, "name": config.name, "env": config.env.model_dump(mode="json"),
+            "policy": config.policy.model_dump(mode="json"), "algorithm": config.algorithm.model_dump(mode="json"),
+            "trajectory_length": config.actors.trajectory_length, "batch_steps": config.trainers.batch_steps,
+            "seed": config.seed, "cores": cores, "threads": threads, "host": platform.node(),
+            "machine": platform.machine(), "cpu_count": os.cpu_count()}
+
+
+def cached_measure(config: ExperimentConfig, cores: int, threads: list[int]) -> tuple[Measured, Path, bool]:
+    """`measure`, or the measurements of an earlier run with the same key. Returns (them, file, from cache)."""
+    key = _cache_key(config, cores, threads)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / f"{config.name}-{digest}.json"
+    try:
+        saved = json.loads(path.read_text())
+        if saved["key"] == key:
+            m = saved["measured"]
+            return Measured(m["cores"], m["env"], {int(k): v for k, v in m["inference"].items()},
+                            {int(k): v for k, v in m["learner"].items()}), path, True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    measured = measure(config, cores, threads)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"key": key, "measured": asdict(measured), "time": time.time()}, indent=1))
+        partial.replace(path)  # atomic: two runs measuring at once leave one whole file
+    except OSError:
+        pass  # no cache (a read-only home): the next run measures again
+    return measured, path, False
+
+
+def refuse(config: ExperimentConfig, auto: list[str]) -> None:
+    """A ConfigError naming the first `auto` field, where the model does not describe the run."""
+    from srl.bench import _replay_settings
+
+    why = None
+    if config.launcher == "ray":
+        why = ("measures this machine's cores; on a Ray cluster set the layout by hand "
+               "(docs/layout.md, 'On a cluster', says how to measure a node)")
+    elif config.policies or config.population is not None:
+        why = "is measured for one policy trained once; set the layout by hand with `policies:` or `population:`"
+    elif config.policy_workers.device != "cpu" or config.trainers.device != "cpu":
+        why = "measures CPU workers; with a GPU device set the layout by hand"
+    elif config.env.backend != "python":
+        why = "measures Python envs; with env.backend=envpool set the layout by hand"
+    elif config.actors.synchronous:
+        why = "has nothing to choose with actors.synchronous (one inline actor)"
+    elif _replay_settings(config) is not None:
+        why = "models on-policy graphs (actors -> trainers); with replay buffers set the layout by hand"
+    if why:
+        raise ConfigError(f"{auto[0]}: `auto` {why}")
+
+
+def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
+            say: Any = None) -> tuple[ExperimentConfig, dict[str, Any]]:
+    """The config with its `auto` fields chosen, and the record of the choice (for layout.json).
+
+    `config` was validated with the `auto` fields left out (`take_auto`). Raises ConfigError.
+    """
+    refuse(config, auto)
+    cores = cores or cores_available()
+    data = config.model_dump(mode="json")
+    fixed = {name: _get(data, name) for name in AUTO_FIELDS if name not in auto}
+    # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
+    threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed["trainers.placement.threads"]})
+    if say:
+        say(f"measuring env, forward pass and learner rates on {cores} cores for the layout "
+            f"(`auto`: {', '.join(auto)}); cached in {cache_dir()}")
+    measured, path, from_cache = cached_measure(config, cores, threads)
+    shape = Shape(config.actors.trajectory_length, config.trainers.batch_steps, config.trainers.count, fixed)
+    choice = choose(measured, shape)
+    for name, value in choice.best.layout.fields().items():
+        _set(data, name, value)
+    resolved = validate_structure(data)
+    record = {"auto": auto, "cores": cores, "chosen": choice.best.layout.fields(),
+              "predicted_trained_steps_per_s": round(choice.best.trained, 1), "bound": choice.best.bound,
+              "limits": {k: round(v, 1) for k, v in choice.best.limits.items()}, "reason": choice.reason,
+              "measured": asdict(measured), "measurements": str(path), "from_cache": from_cache,
+              "alternatives": [{**p.layout.fields(), "predicted": round(p.trained, 1), "bound": p.bound}
+                               for p in choice.ranked[1:6]]}
+    return resolved, record
+
+
+def describe(record: dict[str, Any]) -> str:
+    """One line: the chosen fields and why."""
+    chosen = " ".join(f"{k}={v}" for k, v in record["chosen"].items() if k in record["auto"])
+    kept = " ".join(f"{k}={v}" for k, v in record["chosen"].items() if k not in record["auto"])
+    return f"layout {chosen}{f' (kept {kept})' if kept else ''} on {record['cores']} cores: {record['reason']}"
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *sections, leaf = dotted.split(".")
+    for part in sections:
+        data = data[part]
+    data[leaf] = value

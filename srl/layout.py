@@ -343,7 +343,7 @@ def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
     data = config.model_dump(mode="json")
     fixed = {name: _get(data, name) for name in AUTO_FIELDS if name not in auto}
     # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
-    threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed["trainers.placement.threads"]})
+    threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed.get("trainers.placement.threads", 1)})
     if say:
         say(f"measuring env, forward pass and learner rates on {cores} cores for the layout "
             f"(`auto`: {', '.join(auto)}); cached in {cache_dir()}")

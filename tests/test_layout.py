@@ -1,0 +1,145 @@
+"""The layout `auto` chooses: the model on made-up measurements, `auto` in the config, the cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from srl import layout
+from srl.api import config as cfg
+from srl.api.config import AUTO_FIELDS, ConfigError
+from srl.layout import Layout, Measured, Shape, choose, predict
+
+#: CartPole-like rates per core (docs/benchmarks.md): the learner is the slowest part.
+CARTPOLE = Measured(2, env=194_000, inference={1: 20_000, 8: 150_000, 32: 450_000, 64: 603_000, 128: 700_000},
+                    learner={1: 113_500, 2: 137_000})
+
+
+def fits(chosen: Layout, shape: Shape) -> bool:
+    envs = chosen.actors * chosen.ring_size * chosen.envs_per_slot
+    return envs * shape.trajectory_length <= shape.batch_steps and shape.batch_steps % (
+        chosen.envs_per_slot * shape.trajectory_length) == 0
+
+
+def test_learner_bound_keeps_one_trainer_thread_when_a_second_gains_little():
+    shape = Shape(trajectory_length=16, batch_steps=2048)
+    choice = choose(CARTPOLE, shape)
+    best = choice.best
+    assert best.bound == "learner" and best.trained == pytest.approx(113_500)
+    # One trainer thread (a second buys 1.2x for a whole core), inline, a sampler per core, the
+    # largest slots that keep every env in flight within one batch.
+    assert best.layout == Layout(actors=2, envs_per_slot=64, ring_size=1, inference="inline", policy_workers=1,
+                                 trainer_threads=1)
+    assert fits(best.layout, shape)
+    assert "bound by the learner" in choice.reason and "\n" not in choice.reason
+
+
+def test_learner_bound_takes_threads_that_scale():
+    # Pong-like: a CNN learner that gains 1.74x from a second thread, slow env and forward pass.
+    pong = Measured(2, env=2_551, inference={1: 1_500, 4: 4_000, 8: 5_635, 16: 6_000}, learner={1: 361, 2: 628})
+    best = choose(pong, Shape(trajectory_length=128, batch_steps=2048)).best
+    assert best.layout.trainer_threads == 2 and best.layout.inference == "inline"
+    assert best.layout.actors == 2 and best.layout.envs_per_slot == 8
+    assert best.trained > predict(pong, Layout(2, 8, 1, "inline", 1, 1)).trained * 1.3
+
+
+def test_env_bound_fills_every_core_with_actors_and_leaves_the_trainer_one_thread():
+    slow_env = Measured(4, env=1_000, inference={1: 100_000, 64: 1_000_000}, learner={1: 500_000, 2: 900_000,
+                                                                                       4: 1_600_000})
+    choice = choose(slow_env, Shape(trajectory_length=8, batch_steps=4096))
+    best = choice.best
+    assert best.bound in ("cores", "actors")
+    assert best.layout.processes >= 4 and best.layout.trainer_threads == 1  # threads would take cores from the envs
+
+
+def test_inference_bound_batches_across_actors_in_a_policy_worker():
+    # A forward pass of fixed cost per call (2 ms, whatever the rows) on 8 cores: one policy worker
+    # batching every actor's slots spends far less CPU on it than eight actors each with their
+    # own smaller batches, and the cores it frees step envs.
+    per_call = Measured(8, env=20_000, inference={b: 500.0 * b for b in (1, 8, 64, 512)},
+                        learner={1: 10_000_000, 2: 15_000_000, 4: 20_000_000, 8: 25_000_000})
+    shape = Shape(trajectory_length=8, batch_steps=4096)
+    best = choose(per_call, shape).best
+    assert best.layout.inference == "remote" and best.layout.policy_workers < best.layout.actors
+    assert best.layout.ring_size >= 2  # the actors step while their requests are answered
+    inline = choose(per_call, Shape(8, 4096, fixed={"actors.inference": "inline"})).best
+    assert best.trained > 1.2 * inline.trained and fits(best.layout, shape)
+
+
+def test_fixed_fields_are_kept():
+    shape = Shape(trajectory_length=16, batch_steps=2048, fixed={"actors.envs_per_slot": 16, "actors.inference": "inline",
+                                                                 "trainers.placement.threads": 2})
+    best = choose(CARTPOLE, shape).best.layout
+    assert best.envs_per_slot == 16 and best.inference == "inline" and best.trainer_threads == 2
+    assert fits(best, shape)
+
+
+def test_inference_rates_interpolate_between_measured_batches():
+    m = Measured(1, 1.0, {8: 100.0, 32: 400.0}, {1: 1.0})
+    assert m.inference_at(16) == pytest.approx(200.0)
+    assert m.inference_at(1) == 100.0 and m.inference_at(1024) == 400.0
+
+
+# ------------------------------------------------------------------------ the config
+def test_take_auto_leaves_the_layout_fields_to_their_defaults():
+    data = cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"), ["actors.count=auto", "trainers.placement.threads=auto"])
+    stripped, auto = cfg.take_auto(data)
+    assert auto == ["actors.count", "trainers.placement.threads"]
+    assert "count" not in stripped["actors"] and data["actors"]["count"] == "auto"  # the input is not changed
+    assert cfg.validate_structure(stripped).actors.envs_per_slot == 64
+
+
+def test_auto_elsewhere_is_one_clear_error():
+    for override in ("trainers.batch_steps=auto", "workers.actor.count=auto"):
+        with pytest.raises(ConfigError) as info:
+            cfg.load("cartpole-ppo", [override])
+        message = str(info.value)
+        assert "\n" not in message and "may set only" in message and "actors.count" in message
+    with pytest.raises(ConfigError, match="actors.count: `auto` is chosen by `srl train`"):
+        cfg.load("cartpole-ppo", ["actors.count=auto"])  # validated without take_auto
+    assert cfg.load("cartpole-ppo", ["streams.transport=auto"]).streams.transport == "auto"  # a value of its own
+
+
+def test_auto_is_refused_where_the_model_does_not_hold():
+    data, auto = cfg.take_auto(cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"),
+                                                   ["actors.count=auto", "launcher=ray"]))
+    with pytest.raises(ConfigError, match="actors.count: `auto` measures this machine's cores"):
+        layout.resolve(cfg.validate(data), auto)
+
+
+def test_measurements_are_cached_per_config_and_cores(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def fake_measure(config, cores, threads):
+        calls.append(cores)
+        return Measured(cores, 194_000, {1: 20_000, 64: 603_000}, {t: 100_000.0 * t for t in threads})
+
+    monkeypatch.setattr(layout, "measure", fake_measure)
+    data, auto = cfg.take_auto(cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"), ["actors.count=auto"]))
+    config = cfg.validate(data)
+    first, record = layout.resolve(config, auto, cores=2)
+    again, record_again = layout.resolve(config, auto, cores=2)  # a restarted run: no new measurement
+    assert calls == [2] and not record["from_cache"] and record_again["from_cache"]
+    assert first == again and first.actors.count == 2 and record["chosen"]["actors.count"] == 2
+    layout.resolve(config, auto, cores=1)  # other cores: measured anew
+    assert calls == [2, 1]
+    json.dumps(record)  # layout.json is plain data
+
+
+@pytest.mark.integration
+def test_train_with_auto_prints_and_records_its_layout(run_srl, tmp_path, monkeypatch):
+    # Measurements seeded into the cache, as an earlier run leaves them: the run starts at once.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(layout, "measure", lambda config, cores, threads: Measured(
+        cores, 194_000, {1: 20_000, 64: 603_000}, {t: 100_000.0 for t in threads}))
+    data, auto = cfg.take_auto(cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"), ["actors.count=auto"]))
+    layout.resolve(cfg.validate(data), auto)
+    result = run_srl("train", "cartpole-ppo", "actors.count=auto", "stop.time_s=3", "--run-dir", "run", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "srl: layout actors.count=2" in result.stderr and "bound by the" in result.stderr
+    record = json.loads((tmp_path / "run" / "layout.json").read_text())
+    assert record["from_cache"] and record["chosen"]["actors.count"] == 2
+    assert "count: 2" in (tmp_path / "run" / "config.yaml").read_text()
+    assert set(record["chosen"]) == set(AUTO_FIELDS)

@@ -44,6 +44,7 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,8 @@ def _cache_key(config: ExperimentConfig, cores: int, threads: list[int]) -> dict
             "machine": platform.machine(), "cpu_count": os.cpu_count()}
 
 
-def cached_measure(config: ExperimentConfig, cores: int, threads: list[int]) -> tuple[Measured, Path, bool]:
+def cached_measure(config: ExperimentConfig, cores: int, threads: list[int],
+                   say: Callable[[str], None] = lambda line: None) -> tuple[Measured, Path, bool]:
     """`measure`, or the measurements of an earlier run with the same key. Returns (them, file, from cache)."""
     key = _cache_key(config, cores, threads)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -299,6 +301,7 @@ def cached_measure(config: ExperimentConfig, cores: int, threads: list[int]) -> 
                             {int(k): v for k, v in m["learner"].items()}), path, True
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    say(f"measuring the env, forward pass and learner rates on {cores} cores for the layout (once: kept in {path})")
     measured = measure(config, cores, threads)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -333,7 +336,7 @@ def refuse(config: ExperimentConfig, auto: list[str]) -> None:
 
 
 def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
-            say: Any = None) -> tuple[ExperimentConfig, dict[str, Any]]:
+            say: Callable[[str], None] = lambda line: None) -> tuple[ExperimentConfig, dict[str, Any]]:
     """The config with its `auto` fields chosen, and the record of the choice (for layout.json).
 
     `config` was validated with the `auto` fields left out (`take_auto`). Raises ConfigError.
@@ -344,10 +347,7 @@ def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
     fixed = {name: _get(data, name) for name in AUTO_FIELDS if name not in auto}
     # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
     threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed.get("trainers.placement.threads", 1)})
-    if say:
-        say(f"measuring env, forward pass and learner rates on {cores} cores for the layout "
-            f"(`auto`: {', '.join(auto)}); cached in {cache_dir()}")
-    measured, path, from_cache = cached_measure(config, cores, threads)
+    measured, path, from_cache = cached_measure(config, cores, threads, say)
     shape = Shape(config.actors.trajectory_length, config.trainers.batch_steps, config.trainers.count, fixed)
     choice = choose(measured, shape)
     for name, value in choice.best.layout.fields().items():

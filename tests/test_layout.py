@@ -68,8 +68,8 @@ def test_inference_bound_batches_across_actors_in_a_policy_worker():
 
 
 def test_fixed_fields_are_kept():
-    shape = Shape(trajectory_length=16, batch_steps=2048, fixed={"actors.envs_per_slot": 16, "actors.inference": "inline",
-                                                                 "trainers.placement.threads": 2})
+    fixed = {"actors.envs_per_slot": 16, "actors.inference": "inline", "trainers.placement.threads": 2}
+    shape = Shape(trajectory_length=16, batch_steps=2048, fixed=fixed)
     best = choose(CARTPOLE, shape).best.layout
     assert best.envs_per_slot == 16 and best.inference == "inline" and best.trainer_threads == 2
     assert fits(best, shape)
@@ -83,7 +83,8 @@ def test_inference_rates_interpolate_between_measured_batches():
 
 # ------------------------------------------------------------------------ the config
 def test_take_auto_leaves_the_layout_fields_to_their_defaults():
-    data = cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"), ["actors.count=auto", "trainers.placement.threads=auto"])
+    data = cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"),
+                               ["actors.count=auto", "trainers.placement.threads=auto"])
     stripped, auto = cfg.take_auto(data)
     assert auto == ["actors.count", "trainers.placement.threads"]
     assert "count" not in stripped["actors"] and data["actors"]["count"] == "auto"  # the input is not changed

@@ -75,9 +75,13 @@ def point(config: str, overrides: list[str], layout: dict[str, object] | str, se
     config = validate(data)
     # Every env is built before the first step: allow for it (Atari: ~50 ms an env).
     envs = config.actors.count * config.actors.ring_size * config.actors.envs_per_slot
-    rate, _ = system_rate(config.model_dump(mode="json"), seconds, sampling_only=False, startup_s=4.0 + 0.05 * envs)
+    rate, status = system_rate(config.model_dump(mode="json"), seconds, sampling_only=False,
+                               startup_s=4.0 + 0.05 * envs)
     ran = {name: _get(config.model_dump(mode="json"), name) for name in AUTO_FIELDS}
     out = {"layout": layout if isinstance(layout, str) else "hand", **ran, "trained_steps_per_s": round(rate, 1)}
+    # Why: how fast the trainer learns while it steps, and what it threw away as too stale.
+    trainer = next((w.get("stats") or {} for w in status["workers"] if w["kind"] == "trainer"), {})
+    out.update({k: trainer[k] for k in ("train_fps", "dropped_stale", "version_lag") if k in trainer})
     if record is not None:
         out.update(predicted=record["predicted_trained_steps_per_s"], bound=record["bound"],
                    from_cache=record["from_cache"], reason=record["reason"])

@@ -6,28 +6,30 @@ cores the run has, the three rates `srl bench` isolates (srl/bench.py), each per
 
 * e: env steps/s one core steps the env alone (E / N);
 * i(b): samples/s one core's forward passes reach at batch b (I / N), at powers of two;
-* l(t): env steps/s one learner process absorbs with t torch threads (L / N for one thread).
+* l(t): env steps/s one learner process of t torch threads absorbs while every core also steps
+  the env at the samplers' priority, as in a run.
 
 `choose` (pure: unit-tested without a process) predicts, for each candidate layout, the env
-steps/s the trainers learn from, as the smallest of what each part can take:
+steps/s the trainers learn from. The samplers cost c_actor CPU seconds per env step on the
+actors (1/e + 1/i(b) inline; 1/e plus their side of a request, `REQUEST_COST_S` / b, with
+remote inference, and with a ring of one slot the wait for the reply, which a ring of two or
+more hides) and c_policy on the policy workers (1/i(B) + `REQUEST_COST_S` / b, B the batch a
+worker drains: every slot of its share of the actors). On k cores they reach
+S(k) = min(min(A, k) / c_actor, min(P, k) / c_policy, k / (c_actor + c_policy)): each process
+runs on one core at most. A training step takes batch_steps / l(t) on t cores; meanwhile the
+samplers, on the other N - t cores, fill the actors' sample slots (at most
+A · (sample_slots + ring) trajectories); what the batch still lacks when the step ends they
+sample on all N cores, S(N), while the trainer waits. So
 
-* the learner: `trainers.count` · l(t);
-* the actors: each is one process, so at most A / c_actor, where c_actor is the CPU seconds an
-  actor spends per env step: 1/e + 1/i(b) inline; 1/e plus its side of a request per env
-  (`REQUEST_COST_S` / b) with remote inference, and with a ring of one slot also the wait for
-  the reply (its slot's forward pass), which a ring of two or more hides;
-* the policy workers (remote): P / (1/i(B) + `REQUEST_COST_S` / b), B the batch a worker
-  drains (every slot of its share of the actors);
-* the cores, shared by all: N / (c_actor + c_policy + t / l(t)) (a trainer of t threads holds t
-  cores while it steps).
+    trained env steps/s = batch / (batch / l(t) + max(0, batch - made) / S(N)),
+    made = min(S(N - t) · batch / l(t), A · (sample_slots + ring) · b · T, batch).
 
 The best prediction wins; predictions within `TIE` of it count as equal (the measurements'
 noise), and among those the fewest processes, inline inference, the largest slots, the
-shortest ring and the fewest trainer threads win, in that order. Two rules keep the learning
-the config was tuned for and the cores busy: every env in flight fits in one training batch
-(actors · ring · envs per slot · trajectory length ≤ batch_steps, and a trajectory divides it),
-so the samples are no staler than a batch; and the samplers are at least as many as the cores
-(at nice 10 they fill whatever core the trainer leaves while it waits for a batch).
+shortest ring and the fewest trainer threads win, in that order. One rule keeps the learning
+the config was tuned for: every env in flight fits in one training batch (actors · ring · envs
+per slot · trajectory length ≤ batch_steps, and a trajectory divides it), so the samples are
+no staler than a batch and `trajectory_length` and `batch_steps` are never changed.
 
 Measurements are cached per (what they depend on, cores, host) under ~/.cache/srl/layout/, so a
 restarted or resumed run starts at once; a resumed run's config.yaml holds plain numbers anyway.
@@ -49,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import AUTO_FIELDS, ConfigError, ExperimentConfig, validate_structure
+from srl.api.config import AUTO_FIELDS, SAMPLER_NICE, ConfigError, ExperimentConfig, validate_structure
 
 #: CPU seconds one inference request costs each side (actor; policy worker) beyond the forward
 #: pass: encoding, shared memory, ZeroMQ and process wake-ups. docs/benchmarks.md measures the
@@ -60,7 +62,7 @@ TIE = 0.03
 #: Seconds each rate is measured for (the learner: at least one training step after a warm-up one).
 PART_SECONDS = 1.0
 #: Bump when what is measured or how changes: older cached measurements are then ignored.
-MEASURE_VERSION = 1
+MEASURE_VERSION = 2
 
 
 # ------------------------------------------------------------------------ the model (pure)
@@ -96,6 +98,8 @@ class Shape:
     trajectory_length: int
     batch_steps: int
     trainers: int = 1
+    #: Trajectories each actor may have sent and not yet taken by the trainer (`streams.sample_slots`).
+    sample_slots: int = 1
     #: Layout fields given a value (not `auto`), by their `AUTO_FIELDS` name.
     fixed: dict[str, Any] = field(default_factory=dict)
 
@@ -124,12 +128,11 @@ class Prediction:
     layout: Layout
     #: Env steps/s the trainers learn from.
     trained: float
-    #: What each part could take (env steps/s), by part; the smallest is the bound.
+    #: What holds it there: `learner`, or what the trainer waits for (`actors`, `cores`,
+    #: `policy workers`: the sampling; `sample slots`: the actors' slots are full).
+    bound: str
+    #: The parts' own rates (env steps/s): the learner, and the sampling on every core.
     limits: dict[str, float]
-
-    @property
-    def bound(self) -> str:
-        return min(self.limits, key=self.limits.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -140,26 +143,39 @@ class Choice:
     reason: str
 
 
-def predict(m: Measured, layout: Layout, trainers: int = 1) -> Prediction:
+def predict(m: Measured, layout: Layout, shape: Shape) -> Prediction:
     """The env steps/s the trainers would learn from with `layout` (module docstring)."""
     a, b, r, p, t = layout.actors, layout.envs_per_slot, layout.ring_size, layout.policy_workers, layout.trainer_threads
-    learner = m.learner[t]
-    cpu_train = t / learner  # core-seconds per env step: t threads busy for 1 / l(t)
-    limits = {"learner": trainers * learner}
+    learner = shape.trainers * m.learner[t]
     if layout.inference == "inline":
-        cpu_actor = 1 / m.env + 1 / m.inference_at(b)
-        limits["actors"] = a / cpu_actor
-        cpu_policy = 0.0
+        cpu_actor, cpu_policy, wait = 1 / m.env + 1 / m.inference_at(b), 0.0, 0.0
     else:
         batch = a * r / p * b  # a policy worker drains every slot of its share of the actors
         cpu_policy = 1 / m.inference_at(batch) + REQUEST_COST_S / b
         cpu_actor = 1 / m.env + REQUEST_COST_S / b
         # A ring of one slot idles while its forward pass runs; two or more step meanwhile.
         wait = (batch / m.inference_at(batch) + REQUEST_COST_S) / b if r == 1 else 0.0
-        limits["actors"] = a / (cpu_actor + wait)
-        limits["policy workers"] = p / cpu_policy
-    limits["cores"] = m.cores / (cpu_actor + cpu_policy + trainers * cpu_train)
-    return Prediction(layout, min(limits.values()), limits)
+
+    def sampling(cores: float) -> dict[str, float]:
+        """What the samplers reach on `cores` cores: each process on one core at most."""
+        limits = {"actors": min(a, cores) / (cpu_actor + wait), "cores": cores / (cpu_actor + cpu_policy)}
+        if layout.inference == "remote":
+            limits["policy workers"] = min(p, cores) / cpu_policy
+        return limits
+
+    # A training step takes batch / l(t) on t cores; meanwhile the samplers, on the others, fill
+    # the sample slots, up to `ready` env steps. What the batch still lacks when the step ends
+    # they sample on every core while the trainer waits.
+    steps = shape.batch_steps
+    busy, idle = sampling(max(m.cores - shape.trainers * t, 0)), sampling(m.cores)
+    ready = a * (shape.sample_slots + r) * b * shape.trajectory_length
+    made = min(ready, min(busy.values()) * steps / learner, steps)
+    waited = (steps - made) / min(idle.values())
+    if not waited:
+        bound = "learner"
+    else:
+        bound = "sample slots" if made == ready else min(idle, key=idle.__getitem__)
+    return Prediction(layout, steps / (steps / learner + waited), bound, {"learner": learner, **idle})
 
 
 def candidates(m: Measured, shape: Shape) -> list[Layout]:
@@ -184,13 +200,12 @@ def candidates(m: Measured, shape: Shape) -> list[Layout]:
                 continue
             out.append(Layout(a, b, r, inference, p, t))
     fits = [c for c in out if c.actors * c.ring_size * c.envs_per_slot <= max(envs_max, 1)]
-    busy = [c for c in fits if c.processes >= m.cores]
-    return busy or fits or out  # relax a rule only when the fixed fields leave nothing that keeps it
+    return fits or out  # relax the rule only when the fixed fields leave nothing that keeps it
 
 
 def choose(m: Measured, shape: Shape) -> Choice:
     """The layout predicted to train fastest (ties: the simplest), and why."""
-    predictions = [predict(m, c, shape.trainers) for c in candidates(m, shape)]
+    predictions = [predict(m, c, shape) for c in candidates(m, shape)]
     if not predictions:
         raise ValueError("no layout fits the fixed fields")
     top = max(p.trained for p in predictions)
@@ -251,9 +266,35 @@ def _inference_rates(config_data: dict[str, Any], batches: list[int], seconds: f
     queue.put(dict(zip(batches, rates)))
 
 
+def _niced(nice: int, target: Callable[..., None], *args: Any) -> None:
+    os.nice(nice)
+    target(*args)
+
+
+def _learner_beside_samplers(data: dict[str, Any], cores: int, threads: int, seconds: float) -> float:
+    """l(t): one learner process of `threads` threads, while every core also steps the env at the
+    samplers' priority, as in a run (a trainer's threads lose more to them than one thread does)."""
+    import multiprocessing as mp
+
+    from srl.bench import _env_rate, _learner_rate, _parallel
+
+    ctx = mp.get_context("spawn")
+    sink = ctx.Queue()
+    samplers = [ctx.Process(target=_niced, args=(SAMPLER_NICE, _env_rate, data["env"], 16, 600.0, i, sink))
+                for i in range(cores)]
+    for p in samplers:
+        p.start()
+    try:
+        return _parallel(functools.partial(_learner_rate, threads=threads), lambda i: (data, seconds), 1)
+    finally:
+        for p in samplers:  # they would step for ten minutes: stopped as soon as the learner is timed
+            p.terminate()
+            p.join()
+
+
 def measure(config: ExperimentConfig, cores: int, threads: list[int], seconds: float = PART_SECONDS) -> Measured:
     """e, i(b) and l(t) on `cores` cores, with srl.bench's isolated measurements."""
-    from srl.bench import _env_rate, _gather, _learner_rate, _parallel
+    from srl.bench import _env_rate, _gather, _parallel
 
     data = config.model_dump(mode="json")
     envs_max = max(1, config.trainers.batch_steps // config.actors.trajectory_length)
@@ -265,10 +306,7 @@ def measure(config: ExperimentConfig, cores: int, threads: list[int], seconds: f
             env = _parallel(_env_rate, lambda i: (data["env"], 16, seconds, config.seed + i), cores) / cores
             per_process = _gather(_inference_rates, lambda i: (data, batches, seconds / 2), cores)
             inference = {b: sum(r[b] for r in per_process) / cores for b in batches}
-            learner = {1: _parallel(_learner_rate, lambda i: (data, seconds), cores) / cores}
-            for t in threads:
-                if t > 1:  # one process alone with t threads, as the trainer runs
-                    learner[t] = _parallel(functools.partial(_learner_rate, threads=t), lambda i: (data, seconds), 1)
+            learner = {t: _learner_beside_samplers(data, cores, t, seconds) for t in threads}
         finally:
             os.chdir(here)
     return Measured(cores, env, inference, learner)
@@ -348,7 +386,8 @@ def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
     # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
     threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed.get("trainers.placement.threads", 1)})
     measured, path, from_cache = cached_measure(config, cores, threads, say)
-    shape = Shape(config.actors.trajectory_length, config.trainers.batch_steps, config.trainers.count, fixed)
+    shape = Shape(config.actors.trajectory_length, config.trainers.batch_steps, config.trainers.count,
+                  config.streams.sample_slots, fixed)
     choice = choose(measured, shape)
     for name, value in choice.best.layout.fields().items():
         _set(data, name, value)

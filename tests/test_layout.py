@@ -27,12 +27,22 @@ def test_learner_bound_keeps_one_trainer_thread_when_a_second_gains_little():
     choice = choose(CARTPOLE, shape)
     best = choice.best
     assert best.bound == "learner" and best.trained == pytest.approx(113_500)
-    # One trainer thread (a second buys 1.2x for a whole core), inline, a sampler per core, the
+    # One trainer thread (a second buys 1.2x for a whole core); inline; one actor on the other
+    # core samples faster than the learner learns, so a second would only add a process; the
     # largest slots that keep every env in flight within one batch.
-    assert best.layout == Layout(actors=2, envs_per_slot=64, ring_size=1, inference="inline", policy_workers=1,
+    assert best.layout == Layout(actors=1, envs_per_slot=128, ring_size=1, inference="inline", policy_workers=1,
                                  trainer_threads=1)
     assert fits(best.layout, shape)
     assert "bound by the learner" in choice.reason and "\n" not in choice.reason
+    # A learner twice as fast outruns one actor: two share the cores.
+    faster = Measured(2, CARTPOLE.env, CARTPOLE.inference, {1: 227_000, 2: 274_000})
+    assert choose(faster, shape).best.layout.actors == 2
+
+
+def test_full_sample_slots_make_the_trainer_wait():
+    shape = Shape(trajectory_length=16, batch_steps=2048, sample_slots=1)
+    few = predict(CARTPOLE, Layout(2, 16, 1, "inline", 1, 1), shape)  # 2 actors x 2 trajectories x 256 steps
+    assert few.bound == "sample slots" and few.trained < 0.9 * CARTPOLE.learner[1]
 
 
 def test_learner_bound_takes_threads_that_scale():
@@ -41,7 +51,7 @@ def test_learner_bound_takes_threads_that_scale():
     best = choose(pong, Shape(trajectory_length=128, batch_steps=2048)).best
     assert best.layout.trainer_threads == 2 and best.layout.inference == "inline"
     assert best.layout.actors == 2 and best.layout.envs_per_slot == 8
-    assert best.trained > predict(pong, Layout(2, 8, 1, "inline", 1, 1)).trained * 1.3
+    assert best.trained > predict(pong, Layout(2, 8, 1, "inline", 1, 1), Shape(128, 2048)).trained * 1.3
 
 
 def test_env_bound_fills_every_core_with_actors_and_leaves_the_trainer_one_thread():
@@ -123,7 +133,8 @@ def test_measurements_are_cached_per_config_and_cores(monkeypatch, tmp_path):
     first, record = layout.resolve(config, auto, cores=2)
     again, record_again = layout.resolve(config, auto, cores=2)  # a restarted run: no new measurement
     assert calls == [2] and not record["from_cache"] and record_again["from_cache"]
-    assert first == again and first.actors.count == 2 and record["chosen"]["actors.count"] == 2
+    assert first == again and record["chosen"]["actors.count"] == first.actors.count
+    assert first.actors.envs_per_slot == 64  # not `auto`: as the config gives it
     layout.resolve(config, auto, cores=1)  # other cores: measured anew
     assert calls == [2, 1]
     json.dumps(record)  # layout.json is plain data
@@ -139,8 +150,8 @@ def test_train_with_auto_prints_and_records_its_layout(run_srl, tmp_path, monkey
     layout.resolve(cfg.validate(data), auto)
     result = run_srl("train", "cartpole-ppo", "actors.count=auto", "stop.time_s=3", "--run-dir", "run", timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "srl: layout actors.count=2" in result.stderr and "bound by the" in result.stderr
     record = json.loads((tmp_path / "run" / "layout.json").read_text())
-    assert record["from_cache"] and record["chosen"]["actors.count"] == 2
-    assert "count: 2" in (tmp_path / "run" / "config.yaml").read_text()
+    count = record["chosen"]["actors.count"]
+    assert f"srl: layout actors.count={count} " in result.stderr and "bound by the" in result.stderr
+    assert record["from_cache"] and f"count: {count}" in (tmp_path / "run" / "config.yaml").read_text()
     assert set(record["chosen"]) == set(AUTO_FIELDS)

@@ -108,11 +108,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     results = []
     for name in chosen:
         layout = name if name.startswith("auto") else grid[int(name)]
-        result = {"config": args.config, "point": name, **point(args.config, args.overrides, layout, args.seconds)}
+        try:
+            result = {"config": args.config, "point": name, **point(args.config, args.overrides, layout, args.seconds)}
+        except RuntimeError as exc:  # a layout too slow to train twice in the window: recorded, not fatal
+            result = {"config": args.config, "point": name, "layout": layout, "error": str(exc)}
+            print(f"{args.config} {name:>10}: {exc}", flush=True)
+        else:
+            shown = " ".join(f"{k.split('.')[-1]}={result[k]}" for k in AUTO_FIELDS)
+            print(f"{args.config} {name:>10}: {result['trained_steps_per_s']:>10,.0f} trained env steps/s  ({shown})",
+                  flush=True)
         results.append(result)
-        shown = " ".join(f"{k.split('.')[-1]}={result[k]}" for k in AUTO_FIELDS)
-        print(f"{args.config} {name:>10}: {result['trained_steps_per_s']:>10,.0f} trained env steps/s  ({shown})",
-              flush=True)
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(result) + "\n")

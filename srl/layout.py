@@ -358,7 +358,7 @@ def refuse(config: ExperimentConfig, auto: list[str]) -> None:
     why = None
     if config.launcher == "ray":
         why = ("measures this machine's cores; on a Ray cluster set the layout by hand "
-               "(docs/layout.md, 'On a cluster', says how to measure a node)")
+               "(docs/layout.md says how it would measure each node)")
     elif config.policies or config.population is not None:
         why = "is measured for one policy trained once; set the layout by hand with `policies:` or `population:`"
     elif config.policy_workers.device != "cpu" or config.trainers.device != "cpu":

@@ -25,7 +25,10 @@ sample on all N cores, S(N), while the trainer waits. So
     made = min(S(N - t) · batch / l(t), A · (sample_slots + ring) · b · T, batch).
 
 The best prediction wins; predictions within `TIE` of it count as equal (the measurements'
-noise), and among those the fewest processes, inline inference, the largest slots, the
+noise). Among those, the ones whose samplers can make the least during a training step
+(`headroom`: min(S(N - t) · batch / l(t), the slots' capacity), in batches) go last when it is
+`HEADROOM_TIE` below the most: the samplers, at nice 10, are the first to lose their share when
+the machine is busy. Then the fewest processes, inline inference, the largest slots, the
 shortest ring and the fewest trainer threads win, in that order. One rule keeps the learning
 the config was tuned for: every env in flight fits in one training batch (actors · ring · envs
 per slot · trajectory length ≤ batch_steps, and a trajectory divides it), so the samples are
@@ -59,6 +62,8 @@ from srl.api.config import AUTO_FIELDS, SAMPLER_NICE, ConfigError, ExperimentCon
 REQUEST_COST_S = 100e-6
 #: Predictions this close to the best are taken as equal.
 TIE = 0.03
+#: Among equal predictions, headroom this close to the most is taken as equal.
+HEADROOM_TIE = 0.1
 #: Seconds each rate is measured for (the learner: at least one training step after a warm-up one).
 PART_SECONDS = 1.0
 #: Bump when what is measured or how changes: older cached measurements are then ignored.
@@ -133,6 +138,8 @@ class Prediction:
     bound: str
     #: The parts' own rates (env steps/s): the learner, and the sampling on every core.
     limits: dict[str, float]
+    #: What the samplers can make during a training step, in batches (below 1: the trainer waits).
+    headroom: float
 
 
 @dataclass(frozen=True)
@@ -169,13 +176,14 @@ def predict(m: Measured, layout: Layout, shape: Shape) -> Prediction:
     steps = shape.batch_steps
     busy, idle = sampling(max(m.cores - shape.trainers * t, 0)), sampling(m.cores)
     ready = a * (shape.sample_slots + r) * b * shape.trajectory_length
-    made = min(ready, min(busy.values()) * steps / learner, steps)
+    can = min(ready, min(busy.values()) * steps / learner)
+    made = min(can, steps)
     waited = (steps - made) / min(idle.values())
     if not waited:
         bound = "learner"
     else:
         bound = "sample slots" if made == ready else min(idle, key=idle.__getitem__)
-    return Prediction(layout, steps / (steps / learner + waited), bound, {"learner": learner, **idle})
+    return Prediction(layout, steps / (steps / learner + waited), bound, {"learner": learner, **idle}, can / steps)
 
 
 def candidates(m: Measured, shape: Shape) -> list[Layout]:
@@ -209,11 +217,16 @@ def choose(m: Measured, shape: Shape) -> Choice:
     if not predictions:
         raise ValueError("no layout fits the fixed fields")
     top = max(p.trained for p in predictions)
+    tied = [p for p in predictions if p.trained >= (1 - TIE) * top]
+    roomiest = max(p.headroom for p in tied)
 
     def preference(p: Prediction) -> tuple:
         c = p.layout
-        return (p.trained < (1 - TIE) * top, c.processes, c.inference != "inline", -c.envs_per_slot,
-                c.ring_size, c.trainer_threads, -p.trained)
+        # Among equal predictions, those with less headroom go last: samplers at nice 10 are the
+        # first to lose their share when the machine is busy, and a trainer that waits for
+        # samples wastes its core.
+        return (p.trained < (1 - TIE) * top, p.headroom < (1 - HEADROOM_TIE) * roomiest, c.processes,
+                c.inference != "inline", -c.envs_per_slot, c.ring_size, c.trainer_threads, -p.trained)
 
     ranked = sorted(predictions, key=preference)
     return Choice(ranked[0], ranked, _reason(m, shape, ranked))

@@ -39,6 +39,16 @@ def test_learner_bound_keeps_one_trainer_thread_when_a_second_gains_little():
     assert choose(faster, shape).best.layout.actors == 2
 
 
+def test_equal_predictions_go_to_the_layout_with_headroom():
+    # Envs per slot fixed at 64: one actor's slots hold exactly one batch (2 x 1,024 steps), two
+    # actors' two. Both are predicted learner-bound; the one with room to spare is chosen.
+    fixed = {"actors.envs_per_slot": 64, "actors.inference": "inline", "trainers.placement.threads": 1}
+    choice = choose(CARTPOLE, Shape(trajectory_length=16, batch_steps=2048, fixed=fixed))
+    one = next(p for p in choice.ranked if p.layout.actors == 1)
+    assert one.trained == choice.best.trained and one.headroom == pytest.approx(1.0)
+    assert choice.best.layout.actors == 2 and choice.best.headroom > 1.3
+
+
 def test_full_sample_slots_make_the_trainer_wait():
     shape = Shape(trajectory_length=16, batch_steps=2048, sample_slots=1)
     few = predict(CARTPOLE, Layout(2, 16, 1, "inline", 1, 1), shape)  # 2 actors x 2 trajectories x 256 steps

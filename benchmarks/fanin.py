@@ -208,7 +208,7 @@ class Clients:
             if command == "start":
                 self.waiting.append(args[0])
                 if self.go:
-                    self._start_waiting()
+                    asyncio.ensure_future(self._start_waiting())
             elif command == "signal" and args[1] == signal.SIGKILL:
                 self._kill(args[0])
 
@@ -218,12 +218,15 @@ class Clients:
             self.actors.pop(name).kill()
             self.pipe.send((name, -signal.SIGKILL))
 
-    def _start_waiting(self) -> None:
-        for spec in self.waiting:
+    async def _start_waiting(self) -> None:
+        specs, self.waiting = self.waiting, []
+        for spec in specs:
             actor = self.actors[spec.name] = SimulatedActor(spec, self.ctx)
             task = self.tasks[spec.name] = asyncio.ensure_future(actor.drive(self))
             task.add_done_callback(lambda t, name=spec.name: self._ended(name, t))
-        self.waiting = []
+            # Its set-up runs now, between the others' messages: set-ups back to back would
+            # hold the loop for seconds, and the first actors would take their controller for gone.
+            await asyncio.sleep(0)
 
     def _ended(self, name: str, task: asyncio.Task) -> None:
         if task.cancelled() or self.tasks.get(name) is not task:
@@ -239,7 +242,7 @@ class Clients:
         while not self.done.is_set():
             if not self.go and (self.flags / GO).exists():
                 self.go = True
-                self._start_waiting()
+                await self._start_waiting()
             self.measuring = (self.flags / MEASURE).exists() and not self.draining
             for victim in self.flags.glob(f"{KILL}*"):  # the harness kills one of ours as SIGKILL would
                 name = victim.name.removeprefix(KILL)
@@ -366,7 +369,6 @@ def run_controller(args: argparse.Namespace) -> None:
     run_dir = Path(args.run_dir)
     config = load("cartpole-ppo", overrides(args, args.clients[0]))
     controller = Controller(config, run_dir, launcher=FanInLauncher(args.client_procs))
-    (run_dir / "fanin").mkdir(parents=True, exist_ok=True)
     (run_dir / "fanin" / "rss_before").write_text(str(psutil.Process().memory_info().rss))
     controller.run()
 
@@ -405,8 +407,9 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
                  ("policy_workers", "envs", "trajectory", "step_ms")),
                *(f"--override={o}" for o in args.override)]
     started = time.monotonic()
-    controller = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+    flags.mkdir(parents=True)
+    log = open(flags / "controller.log", "w")
+    controller = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     broke: list[str] = []
     result: dict[str, Any] = {"clients": clients, "client_procs": args.client_procs,
                               "policy_workers": args.policy_workers, "step_ms": args.step_ms, "envs": args.envs,
@@ -420,6 +423,7 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
             time.sleep(0.5)
         return None
 
+    stderr = ""
     try:
         servers = wait_for(lambda: (s := _status(run_dir)) and all(
             w["state"] == "running" for w in s["workers"] if w["group"] != SIM_GROUP) and _servers(s), 120)
@@ -487,12 +491,17 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
         if controller.poll() is None:
             controller.send_signal(signal.SIGTERM)
         try:
-            _, stderr = controller.communicate(timeout=120)
+            controller.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(controller.pid, signal.SIGKILL)
-            _, stderr = controller.communicate()
+            controller.wait()
             broke.append("the controller did not stop within 120 s")
         result["stop_s"] = round(time.monotonic() - stop_started, 1)
+        log.close()
+        stderr = (flags / "controller.log").read_text()
+        restarted = [line.split("restarting ", 1)[1] for line in stderr.splitlines() if "restarting " in line]
+        if restarted and not args.kill:
+            broke.append(f"{len(restarted)} workers restarted, first: {restarted[0]}")
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
         result["stop_reason"] = summary["stop_reason"]

@@ -182,6 +182,8 @@ class Clients:
         self.requests = 0
         self.latencies: list[float] = []
         self.heartbeat_latencies: list[float] = []
+        #: How late the loop wakes a sleeper: the part of every latency above that is the clients' own.
+        self.loop_lags: list[float] = []
         self.trajectories = 0
         self.errors: list[str] = []
         self.done = asyncio.Event()
@@ -254,6 +256,13 @@ class Clients:
                 await self._drain()
             await asyncio.sleep(0.2)
 
+    async def _lag(self) -> None:
+        while True:
+            asked = time.monotonic()
+            await asyncio.sleep(0.05)
+            if self.measuring:
+                self.loop_lags.append(time.monotonic() - asked - 0.05)
+
     async def _drain(self) -> None:
         """Ask nothing more; wait until every request sent is answered (or `DRAIN_S`), then report."""
         deadline = time.monotonic() + DRAIN_S
@@ -265,16 +274,18 @@ class Clients:
                   "lost_requests": sum(len(a.inference.pending) for a in self.actors.values()),
                   "lost_trajectories": sum(a.samples.in_flight for a in self.actors.values()),
                   "trajectories": self.trajectories, "errors": self.errors,
-                  "latencies": self.latencies, "heartbeat_latencies": self.heartbeat_latencies}
+                  "latencies": self.latencies, "heartbeat_latencies": self.heartbeat_latencies,
+                  "loop_lags": self.loop_lags}
         (self.flags / f"clients-{os.getpid()}.json").write_text(json.dumps(report))
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.pipe.fileno(), self._command)
         loop.add_signal_handler(signal.SIGTERM, self.done.set)
-        phases = asyncio.ensure_future(self._phases())
+        background = [asyncio.ensure_future(self._phases()), asyncio.ensure_future(self._lag())]
         await self.done.wait()
-        phases.cancel()
+        for task in background:
+            task.cancel()
 
 
 def serve_clients(pipe: Any, context: ContextSpec, run_dir: str) -> None:
@@ -469,6 +480,7 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
             "rss_per_client_kb": {name: round((after[name] - before[name]) / clients / 1024, 1) for name in pids},
             "inference": _percentiles([x for r in reports for x in r["latencies"]]),
             "heartbeat_answer": _percentiles([x for r in reports for x in r["heartbeat_latencies"]]),
+            "client_loop_lag": _percentiles([x for r in reports for x in r["loop_lags"]]),
             "requests_per_s": round(sum(len(r["latencies"]) for r in reports) / wall, 1),
             "ingest_trajectories_per_s": round(sum(r["trajectories"] for r in reports) / wall, 1),
             "ingest_env_steps_per_s": round(sum(r["trajectories"] for r in reports) / wall
@@ -524,12 +536,13 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["| clients | client procs | fds: controller / policy / trainer | RSS per client, KB: controller / "
-             "policy / trainer | inference p50 / p99, ms | heartbeat answer p50 / p99, ms | requests/s | "
+             "policy / trainer | inference p50 / p99, ms | heartbeat answer p50 / p99, ms | client loop lag p50 / p99, ms | "
+             "requests/s | "
              "trainer ingest, traj/s (env steps/s) | controller CPU, cores | lost requests | broke |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "fds" not in r:
-            lines.append(f"| {r['clients']:,} | {r['client_procs']} | | | | | | | | | {'; '.join(r['broke'])} |")
+            lines.append(f"| {r['clients']:,} | {r['client_procs']} | | | | | | | | | | {'; '.join(r['broke'])} |")
             continue
         policy = [n for n in r["fds"] if n.startswith("policy")]
         trainer = [n for n in r["fds"] if n.startswith("trainer")]
@@ -539,7 +552,8 @@ def table(results: list[dict[str, Any]]) -> str:
 
         lines.append(f"| {r['clients']:,} | {r['client_procs']} | {trio(r['fds'])} | {trio(r['rss_per_client_kb'])} | "
                      f"{r['inference']['p50_ms']} / {r['inference']['p99_ms']} | {r['heartbeat_answer']['p50_ms']} / "
-                     f"{r['heartbeat_answer']['p99_ms']} | {r['requests_per_s']:,.0f} | "
+                     f"{r['heartbeat_answer']['p99_ms']} | {r['client_loop_lag']['p50_ms']} / "
+                     f"{r['client_loop_lag']['p99_ms']} | {r['requests_per_s']:,.0f} | "
                      f"{r['ingest_trajectories_per_s']:,.0f} ({r['ingest_env_steps_per_s']:,.0f}) | "
                      f"{r['controller_cpu']:.2f} | {r['lost_requests']} | {'; '.join(r['broke']) or 'nothing'} |")
     return "\n".join(lines)

@@ -288,9 +288,10 @@ class Clients:
             task.cancel()
 
 
-def serve_clients(pipe: Any, context: ContextSpec, run_dir: str) -> None:
-    """A client process's entry (forked by the launcher's fork server)."""
+def serve_clients(pipe: Any, context: ContextSpec, run_dir: str, nice: int) -> None:
+    """A client process's entry (forked by the launcher's fork server), at the actors' priority."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller alone decides how to stop
+    os.nice(nice)
     asyncio.run(Clients(pipe, context, run_dir).serve())
 
 
@@ -312,7 +313,7 @@ class FanInLauncher(LocalLauncher):
         if not self.pipes:
             for k in range(self.procs):
                 ours, theirs = self._mp.Pipe()
-                process = self._mp.Process(target=serve_clients, args=(theirs, context, spec.run_dir),
+                process = self._mp.Process(target=serve_clients, args=(theirs, context, spec.run_dir, spec.placement.get("nice") or 0),
                                            name=f"clients.{k}")
                 process.start()
                 theirs.close()

@@ -68,6 +68,9 @@ HUNG_SIGNAL = signal.SIGUSR1
 #: Seconds between looks at the control socket. The run loop asks after every poll (thousands
 #: of times a second for a fast env); a stop command waits at most this long.
 CONTROL_CHECK_S = 0.02
+#: Heartbeats in a row left unanswered after which the controller counts as gone (at least
+#: `orphan_timeout_s`): a large run's heartbeats are seconds apart.
+ORPHAN_BEATS = 4
 
 
 @dataclass
@@ -235,7 +238,7 @@ class Worker(ABC):
     @property
     def orphan_timeout_s(self) -> float:
         """Seconds without an answer after which the controller counts as gone."""
-        return max(self.spec.orphan_timeout_s, 4 * self.heartbeat_s)
+        return max(self.spec.orphan_timeout_s, ORPHAN_BEATS * self.heartbeat_s)
 
     @property
     def stopping(self) -> bool:

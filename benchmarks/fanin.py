@@ -313,7 +313,8 @@ class FanInLauncher(LocalLauncher):
         if not self.pipes:
             for k in range(self.procs):
                 ours, theirs = self._mp.Pipe()
-                process = self._mp.Process(target=serve_clients, args=(theirs, context, spec.run_dir, spec.placement.get("nice") or 0),
+                nice = spec.placement.get("nice") or 0
+                process = self._mp.Process(target=serve_clients, args=(theirs, context, spec.run_dir, nice),
                                            name=f"clients.{k}")
                 process.start()
                 theirs.close()
@@ -537,7 +538,8 @@ def run_point(args: argparse.Namespace, clients: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["| clients | client procs | fds: controller / policy / trainer | RSS per client, KB: controller / "
-             "policy / trainer | inference p50 / p99, ms | heartbeat answer p50 / p99, ms | client loop lag p50 / p99, ms | "
+             "policy / trainer | inference p50 / p99, ms | heartbeat answer p50 / p99, ms | "
+             "client loop lag p50 / p99, ms | "
              "requests/s | "
              "trainer ingest, traj/s (env steps/s) | controller CPU, cores | lost requests | broke |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

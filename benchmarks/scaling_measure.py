@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -253,8 +254,10 @@ def measure(args: argparse.Namespace) -> None:
         experiments = figures.setdefault("experiments", {})
         for config in args.configs:
             experiments[config] = experiment_costs(config, args.seconds, args.device)
+            write_json_atomic(path, figures)  # each part kept as soon as it is measured
     if "transports" in args.parts:
         figures.update(transport_costs(args.seconds))
+        write_json_atomic(path, figures)
     if "controller" in args.parts:
         (w1, w2), costs = CONTROLLER_WORKERS, [controller_cost(w, args.seconds) for w in CONTROLLER_WORKERS]
         per_worker = max(0.0, (costs[1] - costs[0]) / (w2 - w1))
@@ -267,8 +270,14 @@ def measure(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------ checks
 def _rate(overrides: list[str], config: str, seconds: float, learning: bool, startup_s: float = bench.STARTUP_ALLOWANCE_S) -> float:
+    """Steady env steps/s of a real run (sampling, or trained steps); NaN, with the reason printed, if it
+    gave no rate (too short a run for two training steps), so one point does not end a sweep."""
     data = load(config, overrides).model_dump(mode="json")
-    return bench.system_rate(data, seconds, sampling_only=not learning, startup_s=startup_s)[0]
+    try:
+        return bench.system_rate(data, seconds, sampling_only=not learning, startup_s=startup_s)[0]
+    except RuntimeError as exc:
+        print(f"{config} {' '.join(overrides)}: no rate ({exc})", file=sys.stderr, flush=True)
+        return math.nan
 
 
 def _report(rows: list[dict[str, Any]], path: str | None) -> None:
@@ -372,7 +381,7 @@ def check_sweep(args: argparse.Namespace) -> None:
     workers and trainer on the device (`--gpu-costs`), sampling over actor counts and training."""
     costs = load_costs(args.costs, args.gpu_costs)
     cores = len(os.sched_getaffinity(0))
-    device = "cuda" if args.gpu_costs else "cpu"
+    device = args.device
     rows = []
     for config in args.configs:
         for actors in args.actors:

@@ -16,6 +16,7 @@ measured `Costs` into the resources. Everything here is pure: no process, no clo
     python benchmarks/scaling_model.py predict costs.json               # 1k / 10k / 15k cores, every config
     python benchmarks/scaling_model.py check-cores costs.json           # 1 vs 2 cores, predicted and measured
     python benchmarks/scaling_model.py check-nodes costs.json           # one vs two loopback Ray nodes
+    python benchmarks/scaling_model.py fanin costs.json                 # the controller at 100 / 1k / 10k clients
 """
 
 from __future__ import annotations
@@ -247,7 +248,8 @@ class Cluster:
         hosts = self.actor_hosts
         message = exp.sample_bytes * exp.steps_per_trajectory
         send = zmq.cost(message) / exp.steps_per_trajectory  # actor hosts -> trainer hosts: ZeroMQ
-        versions_per_step = 1.0 / exp.batch_steps
+        # Data-parallel trainers each learn from a batch of their own per version.
+        versions_per_step = 1.0 / (exp.batch_steps * self.trainer_workers)
         if exp.inference == "inline":
             act = exp.inference_at(exp.envs_per_slot)
             reads = shm.byte_s * exp.param_bytes * min(versions_per_step * self.cores, 1.0 / exp.steps_per_trajectory)
@@ -279,7 +281,7 @@ class Cluster:
             Resource("trainer NIC in", self.trainer_hosts, exp.sample_bytes / nic + allreduce,
                      note=f"samples into {self.trainer_hosts} trainer host(s)"),
             Resource("parameter NIC out", 1.0, copies * exp.param_bytes * versions_per_step / nic,
-                     note=f"{copies} copies of {exp.param_bytes / 1e6:.2f} MB each version (every {exp.batch_steps} steps)"),
+                     note=f"{copies} copies of {exp.param_bytes / 1e6:.2f} MB a version (every {1 / versions_per_step:,.0f} steps)"),
             Resource("actor NIC", hosts, (exp.sample_bytes + (exp.obs_bytes if exp.inference == "remote" else 0)) / nic
                      + hosts * exp.param_bytes * versions_per_step / nic,
                      note="samples out, requests, parameters in, per actor host"),
@@ -345,16 +347,55 @@ def _predict_command(args: argparse.Namespace) -> None:
     rows = []
     for config in args.configs:
         print(f"{config}:")
+        exp = costs.experiments[config]
         for cores in args.sizes:
-            cluster = cluster_for(cores, **assumptions)
+            cluster = Cluster(cores=cores, **assumptions)
+            row: dict[str, Any] = {"config": config, "cores": cores, "assumptions": cluster.describe()}
             for supervision in ("flat", "per_host"):
-                p = predict(replace(cluster, supervision=supervision).resources(costs, costs.experiments[config]))
+                p = predict(replace(cluster, supervision=supervision).resources(costs, exp))
                 print_prediction(f"{cores:>6,} cores, supervision {supervision:<8}", p, args.top)
-                rows.append({"config": config, "cores": cores, "supervision": supervision, "throughput": p.throughput,
-                             "bottleneck": p.bottleneck, "limits": p.limits, "loads": p.loads,
-                             "assumptions": cluster.describe()})
+                row[supervision] = {"throughput": p.throughput, "bottleneck": p.bottleneck, "limits": p.limits,
+                                    "loads": p.loads}
+            rows.append(row)
+    if args.markdown:
+        print("\n| config | cores | today (flat supervision) | with per-host supervision | actor cores' limit "
+              "| trainer tier | parameter NIC out | controller cores, flat |")
+        print("|---|---|---|---|---|---|---|---|")
+        for row in rows:
+            flat, per_host = row["flat"], row["per_host"]
+            limits = per_host["limits"]
+            controller = Cluster(cores=row["cores"], **assumptions)
+            load = next(r.fixed for r in controller.resources(costs, costs.experiments[row["config"]])
+                        if r.name == "controller core")
+            print(f"| {row['config']} | {row['cores']:,} | {flat['throughput']:,.0f} ({flat['bottleneck']}) "
+                  f"| {per_host['throughput']:,.0f} ({per_host['bottleneck']}) | {limits['actor cores']:,.0f} "
+                  f"| {limits['trainer tier']:,.0f} | {limits['parameter NIC out']:,.0f} | {load:,.1f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+
+
+def saturating_workers(costs: Costs, hz: float = HEARTBEAT_HZ) -> float:
+    """Workers W at which hz * W * (a + b W) fills one controller core (the positive root)."""
+    a, b = costs.heartbeat_s, costs.heartbeat_per_worker_s
+    if b == 0:
+        return 1.0 / (hz * a) if a > 0 else math.inf
+    return (-a + math.sqrt(a * a + 4 * b / hz)) / (2 * b)
+
+
+#: Simulated clients of the fan-in harness (docs/fanin.md).
+FANIN_CLIENTS = (100, 1_000, 10_000)
+
+
+def _fanin_command(args: argparse.Namespace) -> None:
+    """The controller's CPU per heartbeat and its load, at the fan-in harness's client counts."""
+    costs = load_costs(args.costs)
+    print(f"controller CPU a heartbeat = {costs.heartbeat_s * 1e6:.1f} µs + {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
+          f"x workers supervised; load = heartbeats/s x that")
+    for clients in FANIN_CLIENTS:
+        each = costs.heartbeat(clients)
+        print(f"  {clients:>6,} clients: {each * 1e6:8.1f} µs a heartbeat; at {HEARTBEAT_HZ:g}/s each "
+              f"{HEARTBEAT_HZ * clients * each:8.2f} controller cores")
+    print(f"one controller core is saturated at {saturating_workers(costs):,.0f} workers heartbeating {HEARTBEAT_HZ:g}/s")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -375,7 +416,10 @@ def main(argv: list[str] | None = None) -> None:
     predict_cmd.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     predict_cmd.add_argument("--assumptions", help='JSON of Cluster fields, e.g. \'{"nic_gbps": 100}\'')
     predict_cmd.add_argument("--top", type=int, default=3, help="limits shown per row")
+    predict_cmd.add_argument("--markdown", action="store_true", help="also one markdown table (docs/scaling.md)")
     predict_cmd.add_argument("--json")
+    fanin = sub.add_parser("fanin", help="the controller's predicted CPU at 100 / 1k / 10k heartbeating clients")
+    fanin.add_argument("costs")
     for name, help_ in (("check-cores", "1 vs 2 cores (taskset): predicted and measured"),
                         ("check-nodes", "one vs two loopback Ray nodes: predicted and measured"),
                         ("check-sweep", "an actor sweep and remote inference: predicted and measured (GPU machine)")):
@@ -384,11 +428,12 @@ def main(argv: list[str] | None = None) -> None:
         check.add_argument("--configs", nargs="+", default=["cartpole-ppo"])
         check.add_argument("--seconds", type=float, default=10.0)
         check.add_argument("--json")
-        check.add_argument("--gpu-costs")
+        check.add_argument("--gpu-costs", help="costs measured with --device cuda (check-sweep)")
+        check.add_argument("--device", default="cpu", help="where Pong's policy workers and trainer run (check-sweep)")
         check.add_argument("--actors", type=int, nargs="+", default=[2, 4, 8])
     args = parser.parse_args(argv)
-    if args.command == "predict":
-        _predict_command(args)
+    if args.command in ("predict", "fanin"):
+        (_predict_command if args.command == "predict" else _fanin_command)(args)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import scaling_measure  # processes and clocks live there, not in the model

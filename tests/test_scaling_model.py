@@ -119,3 +119,10 @@ def test_costs_round_trip_through_json():
     assert costs.experiments["toy"].inference_s == {8: 1e-6}
     assert costs.samples["zmq"].cost(1000) == pytest.approx(2e-4 + 1e-6)
     assert costs.heartbeat(100) == pytest.approx(2e-4)
+
+
+def test_the_controller_saturates_where_its_heartbeat_load_reaches_one_core():
+    costs = replace(_costs(), heartbeat_s=150e-6, heartbeat_per_worker_s=0.7e-6)
+    w = model.saturating_workers(costs)
+    assert model.HEARTBEAT_HZ * w * costs.heartbeat(w) == pytest.approx(1.0)
+    assert model.saturating_workers(replace(costs, heartbeat_per_worker_s=0.0)) == pytest.approx(1 / (4 * 150e-6))

@@ -335,6 +335,14 @@ def cluster_for(cores: int, **assumptions: Any) -> Cluster:
     return Cluster(cores=cores, **assumptions)
 
 
+def _short(x: float) -> str:
+    """12.8k, 6.82M: figures for a table."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def print_prediction(title: str, prediction: Prediction, top: int = 3) -> None:
     print(f"  {title}: {prediction.throughput:,.0f} env steps/s, first bottleneck: {prediction.bottleneck}")
     for name, limit in list(prediction.limits.items())[:top]:
@@ -358,18 +366,17 @@ def _predict_command(args: argparse.Namespace) -> None:
                                     "loads": p.loads}
             rows.append(row)
     if args.markdown:
-        print("\n| config | cores | today (flat supervision) | with per-host supervision | actor cores' limit "
-              "| trainer tier | parameter NIC out | controller cores, flat |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("\n| config | cores | today (flat supervision) | per-host supervision: env steps/s (first bottleneck) "
+              "| the limits after it, in order | learner processes to keep up with the actors |")
+        print("|---|---|---|---|---|---|")
         for row in rows:
             flat, per_host = row["flat"], row["per_host"]
             limits = per_host["limits"]
-            controller = Cluster(cores=row["cores"], **assumptions)
-            load = next(r.fixed for r in controller.resources(costs, costs.experiments[row["config"]])
-                        if r.name == "controller core")
-            print(f"| {row['config']} | {row['cores']:,} | {flat['throughput']:,.0f} ({flat['bottleneck']}) "
-                  f"| {per_host['throughput']:,.0f} ({per_host['bottleneck']}) | {limits['actor cores']:,.0f} "
-                  f"| {limits['trainer tier']:,.0f} | {limits['parameter NIC out']:,.0f} | {load:,.1f} |")
+            after = " < ".join(f"{name} {_short(limit)}" for name, limit in list(limits.items())[1:4])
+            learner = (costs.gpu.get(row["config"]) or costs.experiments[row["config"]]).learner_s
+            print(f"| {row['config']} | {row['cores']:,} | {_short(flat['throughput'])} ({flat['bottleneck']}, "
+                  f"load {flat['loads'].get('controller core', 0):,.0f}) | {_short(per_host['throughput'])} "
+                  f"({per_host['bottleneck']}) | {after} | {limits['actor cores'] * learner:,.0f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
 

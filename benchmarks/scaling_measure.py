@@ -21,17 +21,19 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 import param_latency
 import policy_worker
 import sample_stream
-from scaling_model import Costs, Host, Prediction, costs_from_json, load_costs, predict
+from scaling_model import Costs, Host, load_costs, predict
 from srl import bench
 from srl.api.config import load
 from srl.api.graph import Supervision
@@ -269,29 +271,75 @@ def measure(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------ checks
-def _rate(overrides: list[str], config: str, seconds: float, learning: bool, startup_s: float = bench.STARTUP_ALLOWANCE_S) -> float:
-    """Steady env steps/s of a real run (sampling, or trained steps); NaN, with the reason printed, if it
-    gave no rate (too short a run for two training steps), so one point does not end a sweep."""
+class CpuMeter(threading.Thread):
+    """Cores' worth of CPU this process and its descendants (the run's workers) used in a window.
+
+    On a shared machine a run gets what other work leaves it, so a check compares the model at
+    the cores the run actually had, besides the cores it was given."""
+
+    def __init__(self, start_after_s: float, window_s: float, others: Callable[[], list[Any]] = list) -> None:
+        super().__init__(daemon=True)
+        self.start_after_s, self.window_s = start_after_s, window_s
+        #: More processes of the run that are not our descendants (a Ray cluster's).
+        self.others = others
+        self.cores = math.nan
+
+    def _times(self) -> dict[int, float]:
+        import psutil
+
+        me = psutil.Process()
+        times = {}
+        for process in {p.pid: p for p in [me, *me.children(recursive=True), *self.others()]}.values():
+            with contextlib.suppress(psutil.Error):
+                cpu = process.cpu_times()
+                times[process.pid] = cpu.user + cpu.system
+        return times
+
+    def run(self) -> None:
+        time.sleep(self.start_after_s)
+        before, start = self._times(), time.monotonic()
+        time.sleep(self.window_s)
+        after, wall = self._times(), time.monotonic() - start
+        self.cores = sum(t - before.get(pid, 0.0) for pid, t in after.items()) / wall
+
+
+def _rate(overrides: list[str], config: str, seconds: float, learning: bool,
+          startup_s: float = bench.STARTUP_ALLOWANCE_S, others: Callable[[], list[Any]] = list) -> tuple[float, float]:
+    """Steady env steps/s of a real run (sampling, or trained steps), and the cores' worth of CPU it
+    used meanwhile; NaN, with the reason printed, if it gave no rate (too short a run for two
+    training steps), so one point does not end a sweep."""
     data = load(config, overrides).model_dump(mode="json")
+    meter = CpuMeter(startup_s + bench.WARMUP_S, max(1.0, seconds - bench.WARMUP_S - 1.0), others)
+    meter.start()
     try:
-        return bench.system_rate(data, seconds, sampling_only=not learning, startup_s=startup_s)[0]
+        rate = bench.system_rate(data, seconds, sampling_only=not learning, startup_s=startup_s)[0]
     except RuntimeError as exc:
         print(f"{config} {' '.join(overrides)}: no rate ({exc})", file=sys.stderr, flush=True)
-        return math.nan
+        rate = math.nan
+    meter.join()
+    return rate, meter.cores
 
 
 def _report(rows: list[dict[str, Any]], path: str | None) -> None:
-    print(f"{'check':<52} {'predicted':>12} {'measured':>12} {'meas/pred':>9}  bottleneck")
+    print(f"{'check':<52} {'predicted':>10} {'measured':>10} {'ratio':>6} {'cores used':>10} "
+          f"{'predicted at them':>17} {'ratio':>6}  bottleneck")
     for row in rows:
-        print(f"{row['check']:<52} {row['predicted']:>12,.0f} {row['measured']:>12,.0f} "
-              f"{row['measured'] / row['predicted']:>9.2f}  {row['bottleneck']}")
+        print(f"{row['check']:<52} {row['predicted']:>10,.0f} {row['measured']:>10,.0f} "
+              f"{row['measured'] / row['predicted']:>6.2f} {row['cores_used']:>10.2f} {row['predicted_at_cores_used']:>17,.0f} "
+              f"{row['measured'] / row['predicted_at_cores_used']:>6.2f}  {row['bottleneck']}")
     if path:
         write_json_atomic(Path(path), rows)
 
 
-def _row(check: str, prediction: Prediction, measured: float) -> dict[str, Any]:
-    return {"check": check, "predicted": prediction.throughput, "measured": measured,
-            "bottleneck": prediction.bottleneck, "limits": prediction.limits}
+def _row(check: str, costs: Costs, exp: Any, layout: Host, measured: tuple[float, float]) -> dict[str, Any]:
+    """A check: the model at the cores given and at the cores the run used, beside the measured rate."""
+    rate, cores_used = measured
+    prediction = predict(layout.resources(costs, exp))
+    at_used = predict(replace(layout, cores=cores_used).resources(costs, exp)) if cores_used > 0 else prediction
+    print(check, f"{rate:,.0f} env steps/s on {cores_used:.2f} cores", flush=True)
+    return {"check": check, "predicted": prediction.throughput, "measured": rate, "bottleneck": prediction.bottleneck,
+            "limits": prediction.limits, "cores_used": cores_used, "predicted_at_cores_used": at_used.throughput,
+            "bottleneck_at_cores_used": at_used.bottleneck}
 
 
 def check_cores(args: argparse.Namespace) -> None:
@@ -305,11 +353,9 @@ def check_cores(args: argparse.Namespace) -> None:
             for config in args.configs:
                 exp = costs.experiments[config]
                 for learning in (False, True):
-                    predicted = predict(Host(cores=len(cpus), learning=learning).resources(costs, exp))
-                    measured = _rate([], config, args.seconds, learning)
                     what = "training" if learning else "sampling"
-                    rows.append(_row(f"{config} {what}, {len(cpus)} core(s)", predicted, measured))
-                    print(rows[-1]["check"], f"{measured:,.0f}", flush=True)
+                    rows.append(_row(f"{config} {what}, {len(cpus)} core(s)", costs, exp,
+                                     Host(cores=len(cpus), learning=learning), _rate([], config, args.seconds, learning)))
     finally:
         os.sched_setaffinity(0, original)
     _report(rows, args.json)
@@ -318,9 +364,27 @@ def check_cores(args: argparse.Namespace) -> None:
 HEAD, SECOND = "127.0.0.2", "127.0.0.3"
 
 
+def _cluster_processes(temp_dir: str) -> list[Any]:
+    """Every process of a Ray cluster started with `temp_dir`: those naming it or holding a file in it
+    (Ray's agents retitle themselves), and their descendants (the workers)."""
+    import psutil
+
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if (any(temp_dir in part for part in process.info["cmdline"] or [])
+                    or any(f.path.startswith(temp_dir) for f in process.open_files())):
+                found[process.pid] = process
+                found.update((c.pid, c) for c in process.children(recursive=True))
+        except psutil.Error:
+            pass
+    return list(found.values())
+
+
 @contextlib.contextmanager
-def loopback_ray_cluster() -> Iterator[str]:
-    """Two Ray nodes on loopback (resources node1, node2), stopped by PID afterwards (as tests/test_ray.py does)."""
+def loopback_ray_cluster() -> Iterator[tuple[str, Callable[[], list[Any]]]]:
+    """Two Ray nodes on loopback (resources node1, node2): their address and a finder of their
+    processes; stopped by PID afterwards, as tests/test_ray.py does (never `ray stop`)."""
     import psutil
 
     temp_dir = tempfile.mkdtemp(prefix="srl-ray-")
@@ -336,21 +400,13 @@ def loopback_ray_cluster() -> Iterator[str]:
         subprocess.run([ray_cli, "start", f"--address={HEAD}:{port}", f"--node-ip-address={SECOND}",
                         '--resources={"node2": 1}', "--object-store-memory=300000000", *common[:1], "--disable-usage-stats"],
                        check=True, capture_output=True, env=env, timeout=120)
-        yield f"{HEAD}:{port}"
+        yield f"{HEAD}:{port}", functools.partial(_cluster_processes, temp_dir)
     finally:
-        found = {}
-        for process in psutil.process_iter(["cmdline"]):
-            try:
-                if (any(temp_dir in part for part in process.info["cmdline"] or [])
-                        or any(f.path.startswith(temp_dir) for f in process.open_files())):
-                    found[process.pid] = process
-                    found.update((c.pid, c) for c in process.children(recursive=True))
-            except psutil.Error:
-                pass
-        for process in found.values():
+        processes = _cluster_processes(temp_dir)
+        for process in processes:
             with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(list(found.values()), timeout=10)
+        _, alive = psutil.wait_procs(processes, timeout=10)
         for process in alive:
             with contextlib.suppress(psutil.Error):
                 process.kill()
@@ -361,18 +417,17 @@ def check_nodes(args: argparse.Namespace) -> None:
     """The same run with every worker on one Ray node, then with the actors on a second (loopback) node."""
     costs = load_costs(args.costs)
     rows = []
-    with loopback_ray_cluster() as address:
+    with loopback_ray_cluster() as (address, cluster_processes):
         for config in args.configs:
             exp = costs.experiments[config]
             for nodes, actor_node in ((1, "node1"), (2, "node2")):
                 overrides = ["launcher=ray", f"ray.address={address}", f"actors.placement.resources={{{actor_node}: 0.01}}",
                              "trainers.placement.resources={node1: 0.01}"]
                 for learning in (False, True):
-                    predicted = predict(Host(cores=2, nodes=nodes, learning=learning).resources(costs, exp))
-                    measured = _rate(overrides, config, args.seconds, learning, startup_s=15.0)
-                    rows.append(_row(f"{config} {'training' if learning else 'sampling'}, {nodes} Ray node(s)",
-                                     predicted, measured))
-                    print(rows[-1]["check"], f"{measured:,.0f}", flush=True)
+                    rows.append(_row(f"{config} {'training' if learning else 'sampling'}, {nodes} Ray node(s)", costs, exp,
+                                     Host(cores=2, nodes=nodes, learning=learning),
+                                     _rate(overrides, config, args.seconds, learning, startup_s=15.0,
+                                           others=cluster_processes)))
     _report(rows, args.json)
 
 
@@ -386,10 +441,8 @@ def check_sweep(args: argparse.Namespace) -> None:
     for config in args.configs:
         for actors in args.actors:
             exp = replace(costs.experiments[config], actors=actors)
-            predicted = predict(Host(cores=cores, learning=False).resources(costs, exp))
-            measured = _rate([f"actors.count={actors}"], config, args.seconds, learning=False)
-            rows.append(_row(f"{config} sampling, {actors} inline actors", predicted, measured))
-            print(rows[-1]["check"], f"{measured:,.0f}", flush=True)
+            rows.append(_row(f"{config} sampling, {actors} inline actors", costs, exp, Host(cores=cores, learning=False),
+                             _rate([f"actors.count={actors}"], config, args.seconds, learning=False)))
     pong = "pong-ppo"
     if pong in costs.experiments:
         remote = ["actors.inference=remote", "actors.ring_size=2", f"policy_workers.device={device}",
@@ -399,10 +452,9 @@ def check_sweep(args: argparse.Namespace) -> None:
             for learning in (False, True):
                 if learning and actors != args.actors[-1]:
                     continue  # training once, with the most actors
-                predicted = predict(Host(cores=cores, learning=learning, device=device).resources(costs, exp))
-                measured = _rate([*remote, f"actors.count={actors}"], pong, args.seconds, learning,
-                                 startup_s=4.0 + 0.05 * 2 * exp.envs_per_slot * actors)
                 rows.append(_row(f"{pong} {'training' if learning else 'sampling'}, {actors} actors, "
-                                 f"remote inference on {device}", predicted, measured))
-                print(rows[-1]["check"], f"{measured:,.0f}", flush=True)
+                                 f"remote inference on {device}", costs, exp,
+                                 Host(cores=cores, learning=learning, device=device),
+                                 _rate([*remote, f"actors.count={actors}"], pong, args.seconds, learning,
+                                       startup_s=4.0 + 0.05 * 2 * exp.envs_per_slot * actors)))
     _report(rows, args.json)

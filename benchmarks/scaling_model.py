@@ -389,6 +389,24 @@ def saturating_workers(costs: Costs, hz: float = HEARTBEAT_HZ) -> float:
     return (-a + math.sqrt(a * a + 4 * b / hz)) / (2 * b)
 
 
+def _inputs_command(args: argparse.Namespace) -> None:
+    """The measured costs as markdown tables (docs/scaling.md, "Inputs")."""
+    costs = load_costs(args.costs)
+    print("| config | E, env steps/s a core | I, observations/s a thread, by batch | L, env steps/s a learner process "
+          "| bytes a step: sample / observation | parameters |")
+    print("|---|---|---|---|---|---|")
+    for name, e in costs.experiments.items():
+        inference = ", ".join(f"{b}: {_short(1 / t)}" for b, t in sorted(e.inference_s.items()))
+        print(f"| {name} | {1 / e.env_s:,.0f} | {inference} | {1 / e.learner_s:,.0f} | {e.sample_bytes:,.0f} / "
+              f"{e.obs_bytes:,.0f} | {e.param_bytes / 1e6:.2f} MB |")
+    print("\n| link, one end | per message | per byte |\n|---|---|---|")
+    for name, links in (("samples", costs.samples), ("inference request", costs.requests)):
+        for transport, t in links.items():
+            print(f"| {name}, {transport} | {t.message_s * 1e6:.0f} µs | {t.byte_s * 1e9:.2f} ns |")
+    print(f"\ncontroller, a heartbeat: {costs.heartbeat_s * 1e6:.0f} µs + {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
+          f"per worker supervised")
+
+
 #: Simulated clients of the fan-in harness (docs/fanin.md).
 FANIN_CLIENTS = (100, 1_000, 10_000)
 
@@ -425,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     predict_cmd.add_argument("--top", type=int, default=3, help="limits shown per row")
     predict_cmd.add_argument("--markdown", action="store_true", help="also one markdown table (docs/scaling.md)")
     predict_cmd.add_argument("--json")
+    inputs = sub.add_parser("inputs", help="the measured costs as markdown tables")
+    inputs.add_argument("costs")
     fanin = sub.add_parser("fanin", help="the controller's predicted CPU at 100 / 1k / 10k heartbeating clients")
     fanin.add_argument("costs")
     for name, help_ in (("check-cores", "1 vs 2 cores (taskset): predicted and measured"),
@@ -439,8 +459,9 @@ def main(argv: list[str] | None = None) -> None:
         check.add_argument("--device", default="cpu", help="where Pong's policy workers and trainer run (check-sweep)")
         check.add_argument("--actors", type=int, nargs="+", default=[2, 4, 8])
     args = parser.parse_args(argv)
-    if args.command in ("predict", "fanin"):
-        (_predict_command if args.command == "predict" else _fanin_command)(args)
+    pure = {"predict": _predict_command, "fanin": _fanin_command, "inputs": _inputs_command}
+    if args.command in pure:
+        pure[args.command](args)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import scaling_measure  # processes and clocks live there, not in the model

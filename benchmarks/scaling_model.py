@@ -353,7 +353,7 @@ def _predict_command(args: argparse.Namespace) -> None:
     costs = load_costs(args.costs, args.gpu_costs)
     assumptions = json.loads(args.assumptions) if args.assumptions else {}
     rows = []
-    for config in args.configs:
+    for config in args.configs or list(costs.experiments):
         print(f"{config}:")
         exp = costs.experiments[config]
         for cores in args.sizes:
@@ -434,10 +434,12 @@ def main(argv: list[str] | None = None) -> None:
     measure.add_argument("--parts", nargs="+", choices=["experiments", "transports", "controller"],
                          default=["experiments", "transports", "controller"],
                          help="what to measure (the file keeps the other parts' figures)")
+    measure.add_argument("--keep-best", action="store_true",
+                         help="keep the lower of this and the file's earlier cost, figure by figure")
     predict_cmd = sub.add_parser("predict", help="the prediction table at 1k / 10k / 15k cores")
     predict_cmd.add_argument("costs")
     predict_cmd.add_argument("--gpu-costs", help="costs measured with --device cuda: GPU learners and policy workers")
-    predict_cmd.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    predict_cmd.add_argument("--configs", nargs="+", help="default: every config the costs hold")
     predict_cmd.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     predict_cmd.add_argument("--assumptions", help='JSON of Cluster fields, e.g. \'{"nic_gbps": 100}\'')
     predict_cmd.add_argument("--top", type=int, default=3, help="limits shown per row")

@@ -338,7 +338,8 @@ def _report(rows: list[dict[str, Any]], path: str | None) -> None:
           f"{'predicted at them':>17} {'ratio':>6}  bottleneck")
     for row in rows:
         print(f"{row['check']:<52} {row['predicted']:>10,.0f} {row['measured']:>10,.0f} "
-              f"{row['measured'] / row['predicted']:>6.2f} {row['cores_used']:>10.2f} {row['predicted_at_cores_used']:>17,.0f} "
+              f"{row['measured'] / row['predicted']:>6.2f} {row['cores_used']:>10.2f} "
+              f"{row['predicted_at_cores_used']:>17,.0f} "
               f"{row['measured'] / row['predicted_at_cores_used']:>6.2f}  {row['bottleneck']}")
     if path:
         write_json_atomic(Path(path), rows)

@@ -157,7 +157,8 @@ class Host:
     of shared memory, and parameters through one relay on the second node. `device="cuda"`
     puts the policy workers' forward pass and the learner on a GPU (the costs' GPU figures)."""
 
-    cores: int
+    #: Cores' worth of CPU (a fraction: what a run on a shared machine actually got).
+    cores: float
     nodes: int = 1
     #: The trainer's group learns: False is sampling alone (a trainer that learns nothing).
     learning: bool = True
@@ -224,8 +225,9 @@ class Cluster:
     policy_workers: int = 0
     policy_hosts: int = 1
     policy_batch: int = 1024
-    #: "flat": every worker heartbeats the controller; "per_host": an agent per host does and
-    #: reports once a heartbeat period (each agent spending the controller's fixed part per worker).
+    #: "flat": every worker heartbeats the controller; "per_host": each host's workers heartbeat an
+    #: agent there (costing it what a controller of `cores_per_host` workers spends), and the agent
+    #: reports its sums once a heartbeat period (costing the controller one heartbeat).
     supervision: Literal["flat", "per_host"] = "flat"
     #: Parameters cross the network once per host (a relay each), from the trainer's NIC;
     #: with a tree of relays of this fan-out the trainer sends `fanout` copies instead of one per host.
@@ -236,7 +238,8 @@ class Cluster:
         return max(1, math.ceil(self.cores / self.cores_per_host))
 
     def describe(self) -> str:
-        return (f"{self.cores:,} actor cores on {self.actor_hosts} hosts of {self.cores_per_host}; NIC {self.nic_gbps:g} Gb/s; "
+        return (f"{self.cores:,} actor cores on {self.actor_hosts} hosts of {self.cores_per_host}; "
+                f"NIC {self.nic_gbps:g} Gb/s; "
                 f"trainer tier {self.trainer_workers} x dp {self.dp_efficiency:g} on {self.trainer_hosts} host(s); "
                 f"supervision {self.supervision}")
 
@@ -277,11 +280,13 @@ class Cluster:
             Resource("trainer tier", self.trainer_workers * self.dp_efficiency,
                      learner.learner_s + zmq.cost(message) / exp.steps_per_trajectory
                      + zmq.byte_s * exp.param_bytes * versions_per_step,
-                     note=f"{self.trainer_workers} learner {'GPU' if gpu else 'process'}es: learning, sample intake, publishing"),
+                     note=f"{self.trainer_workers} learner {'GPU' if gpu else 'process'}es: "
+                          "learning, sample intake, publishing"),
             Resource("trainer NIC in", self.trainer_hosts, exp.sample_bytes / nic + allreduce,
                      note=f"samples into {self.trainer_hosts} trainer host(s)"),
             Resource("parameter NIC out", 1.0, copies * exp.param_bytes * versions_per_step / nic,
-                     note=f"{copies} copies of {exp.param_bytes / 1e6:.2f} MB a version (every {1 / versions_per_step:,.0f} steps)"),
+                     note=f"{copies} copies of {exp.param_bytes / 1e6:.2f} MB a version "
+                          f"(every {1 / versions_per_step:,.0f} steps)"),
             Resource("actor NIC", hosts, (exp.sample_bytes + (exp.obs_bytes if exp.inference == "remote" else 0)) / nic
                      + hosts * exp.param_bytes * versions_per_step / nic,
                      note="samples out, requests, parameters in, per actor host"),

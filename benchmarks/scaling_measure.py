@@ -380,11 +380,14 @@ HEAD, SECOND = "127.0.0.2", "127.0.0.3"
 
 def _cluster_processes(temp_dir: str) -> list[Any]:
     """Every process of a Ray cluster started with `temp_dir`: those naming it or holding a file in it
-    (Ray's agents retitle themselves), and their descendants (the workers)."""
+    (Ray's agents retitle themselves), and their descendants (the workers). Not this process,
+    which holds files there too once it has connected as the driver."""
     import psutil
 
     found = {}
     for process in psutil.process_iter(["cmdline"]):
+        if process.pid == os.getpid():
+            continue
         try:
             if (any(temp_dir in part for part in process.info["cmdline"] or [])
                     or any(f.path.startswith(temp_dir) for f in process.open_files())):

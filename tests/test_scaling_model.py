@@ -126,3 +126,14 @@ def test_the_controller_saturates_where_its_heartbeat_load_reaches_one_core():
     w = model.saturating_workers(costs)
     assert model.HEARTBEAT_HZ * w * costs.heartbeat(w) == pytest.approx(1.0)
     assert model.saturating_workers(replace(costs, heartbeat_per_worker_s=0.0)) == pytest.approx(1 / (4 * 150e-6))
+
+
+def test_the_cli_tables_come_from_the_committed_costs(capsys):
+    costs = str(Path(__file__).resolve().parents[1] / "benchmarks" / "scaling_costs.json")
+    model.main(["predict", costs, "--markdown", "--sizes", "1000", "10000"])
+    out = capsys.readouterr().out
+    assert "| pong-ppo | 10,000 |" in out and "first bottleneck" in out
+    model.main(["fanin", costs])
+    assert "saturated at" in capsys.readouterr().out
+    model.main(["inputs", costs])
+    assert "| samples, zmq |" in capsys.readouterr().out

@@ -379,8 +379,9 @@ def _predict_command(args: argparse.Namespace) -> None:
             limits = per_host["limits"]
             after = " < ".join(f"{name} {_short(limit)}" for name, limit in list(limits.items())[1:4])
             learner = (costs.gpu.get(row["config"]) or costs.experiments[row["config"]]).learner_s
-            print(f"| {row['config']} | {row['cores']:,} | {_short(flat['throughput'])} ({flat['bottleneck']}, "
-                  f"load {flat['loads'].get('controller core', 0):,.0f}) | {_short(per_host['throughput'])} "
+            today = (f"{_short(flat['throughput'])} ({flat['bottleneck']})" if flat["throughput"] > 0 else
+                     f"breaks: {flat['bottleneck']} needs {flat['loads'][flat['bottleneck']]:,.1f}× its capacity")
+            print(f"| {row['config']} | {row['cores']:,} | {today} | {_short(per_host['throughput'])} "
                   f"({per_host['bottleneck']}) | {after} | {limits['actor cores'] * learner:,.0f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))

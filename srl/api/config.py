@@ -90,6 +90,9 @@ class PolicyWorkersConfig(Section):
     #: Wait up to this long for more requests before a forward pass (0: serve what is there).
     max_wait_ms: float = Field(0.0, ge=0)
     device: str = "cpu"
+    #: Several policies: each policy worker serves every policy (one process holding each
+    #: policy's copy); false: `count` policy workers per policy, in groups of their own.
+    shared: bool = True
 
 
 class TrainersConfig(Section):

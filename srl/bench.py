@@ -105,7 +105,7 @@ def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, Named
     return obs_space, act_space, stack(recorded[:rows])
 
 
-def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any) -> None:
+def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
     import torch
 
     from srl.workers.components import make_policy
@@ -113,7 +113,7 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
     torch.set_num_threads(1)
     config = validate(config_data)
     obs_space, act_space, obs = _policy_inputs(config, batch)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space)
+    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
     state = policy.initial_state(batch)
     samples, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -122,7 +122,8 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
     queue.put(samples / (time.perf_counter() - start))
 
 
-def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, threads: int = 1) -> None:
+def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
+                  threads: int = 1) -> None:
     import torch
 
     from srl.workers.components import make_algorithm, make_policy
@@ -131,7 +132,7 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, threa
     config = validate(config_data)
     T = config.actors.trajectory_length
     obs_space, act_space, obs = _policy_inputs(config, 512)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space)
+    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
     algorithm = make_algorithm(config.algorithm.model_dump(), policy)
     # One batch shaped as the trainer sees it: [T + 1, B] with B rows to reach batch_steps.
     B = max(1, -(-config.trainers.batch_steps // T))

@@ -60,8 +60,18 @@ def test_two_policies_make_a_trainer_group_and_streams_each_and_one_actor_group_
     assert graph["streams"]["samples-guards"] == {"kind": "samples", "producers": ["actor"],
                                                   "consumers": ["trainer-guards"]}
     remote = resolve(cfg.validate(teams_config(actors={"count": 2, "inference": "remote"}))).describe()
-    assert {"policy-scouts", "policy-guards"} <= set(remote["groups"])
     assert remote["groups"]["actor"]["streams"]["inference/guards"] == "inference-guards"
+    # one policy group serves both policies, its ports joined once per policy ...
+    assert set(remote["groups"]) == {"trainer-scouts", "trainer-guards", "policy", "actor"}
+    assert remote["groups"]["policy"]["streams"] == {
+        "inference/scouts": "inference-scouts", "parameters/scouts": "parameters-scouts",
+        "inference/guards": "inference-guards", "parameters/guards": "parameters-guards"}
+    # ... or each policy has policy workers of its own
+    separate = resolve(cfg.validate(teams_config(actors={"count": 2, "inference": "remote"},
+                                                 policy_workers={"shared": False}))).describe()
+    assert {"policy-scouts", "policy-guards"} <= set(separate["groups"]) and "policy" not in separate["groups"]
+    assert separate["groups"]["policy-guards"]["streams"] == {"inference": "inference-guards",
+                                                              "parameters": "parameters-guards"}
 
 
 def test_the_one_policy_config_is_unchanged():
@@ -205,7 +215,8 @@ def test_playing_several_policies_reports_each_policys_return():
 @pytest.mark.parametrize("inference", ["inline", "remote"])
 def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl, tmp_path, monkeypatch, inference):
     """Each trainer's version advances and it trains only on its own team's rows (`MarkerPPO`
-    reports the team marker and observation size of every batch)."""
+    reports the team marker and observation size of every batch). Remote: one policy worker
+    serves both policies, and holds each one's newer versions as they come."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(USER_CODE), os.environ.get("PYTHONPATH")])))
     data = teams_config()
     for spec in data["policies"].values():
@@ -228,6 +239,11 @@ def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl
         assert summary[f"{policy}/episode_return_mean"] is not None
         assert any((run_dir / "checkpoints" / policy).glob("ckpt-*.pt"))
     assert not list((run_dir / "checkpoints").glob("ckpt-*.pt"))  # only per-policy checkpoints
+    if inference == "remote":
+        workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+        assert [n for n in workers if n.startswith("policy")] == ["policy.0"]
+        served = workers["policy.0"]["stats"]
+        assert served["scouts/policy_version"] >= 2 and served["guards/policy_version"] >= 2, served
     if inference == "inline":  # each agent plays its own policy's checkpoint, or another source
         from srl.evaluate import evaluate
 

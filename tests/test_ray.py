@@ -225,3 +225,57 @@ def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
     assert all(w["stats"].get("opponent_draws", 0) > 1 for n, w in workers.items() if n.startswith("actor."))
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("selfplay_rating" in line for line in lines)
+
+
+def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(cluster, run_srl, tmp_path):
+    """Speaker and listener, each with its own trainer on the head node; the actors and the one
+    policy worker serving both policies on the second node, which gets each policy's
+    parameters through a relay of its own."""
+    pytest.importorskip("mpe2", reason="needs the pettingzoo extra (mpe2): pip install -e '.[pettingzoo]'")
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    trainers = [f"policies.{p}.trainers.placement.resources={{node1: 0.01}}" for p in ("speaker", "listener")]
+    result = run_srl("train", "speaker-listener-mappo", "--run-dir", str(run_dir), "launcher=ray",
+                     f"ray.address={address}", "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
+                     "policy_workers.placement.resources={node2: 0.01}", *trainers,
+                     "stop.env_steps=5000", "stop.time_s=90", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("env_steps"), summary
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert {n for n in workers if n.startswith("policy")} == {"policy.0"}
+    for policy in ("speaker", "listener"):
+        assert summary[f"{policy}/policy_version"] >= 2 and summary[f"{policy}/episode_return_mean"] is not None
+        assert workers[f"trainer-{policy}.0"]["host"] == HEAD
+        assert workers["policy.0"]["stats"][f"{policy}/policy_version"] >= 1, workers["policy.0"]
+        assert any((run_dir / "checkpoints" / policy).glob("ckpt-*.pt"))
+    assert workers["policy.0"]["host"] == workers["actor.0"]["host"] == SECOND
+    assert workers["actor.0"]["streams"] == {"samples/speaker": "zmq", "samples/listener": "zmq",
+                                             "inference/speaker": "shm", "inference/listener": "shm"}
+    relays = [w for n, w in workers.items() if n.startswith("relay.")]
+    assert len(relays) == 2 and all(w["host"] == SECOND for w in relays)  # one per policy's parameters
+    run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+
+
+def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_checkpoint(cluster, run_srl, tmp_path):
+    """The evaluation worker beside the actors on the second node reads the trainer's versions
+    through the node's relay, and its scores reach the driver's metrics."""
+    address, _ = cluster
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
+                     "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                     "evaluation.count=1", "evaluation.placement.resources={node2: 0.01}", "evaluation.every_s=1",
+                     "evaluation.episodes=4", "evaluation.envs=4",
+                     "stop.episode_return=null", "stop.time_s=16", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert workers["eval.0"]["host"] == SECOND and workers["trainer.0"]["host"] == HEAD
+    assert workers["eval.0"]["streams"]["parameters"] == "shm"
+    assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]  # actors and eval read one copy
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [line for line in lines if "eval_return_mean" in line]
+    assert len(evaluated) >= 2, lines[-1]
+    assert all(line["eval_episodes"] == 4 for line in evaluated)
+    assert evaluated[-1]["eval_version"] > evaluated[0]["eval_version"]
+    assert (run_dir / "checkpoints" / "best.pt").exists()

@@ -91,6 +91,9 @@ class PolicyWorkersConfig(Section):
     #: Wait up to this long for more requests before a forward pass (0: serve what is there).
     max_wait_ms: float = Field(0.0, ge=0)
     device: str = "cpu"
+    #: Several policies: each policy worker serves every policy (one process holding each
+    #: policy's copy); false: `count` policy workers per policy, in groups of their own.
+    shared: bool = True
 
 
 class TrainersConfig(Section):
@@ -271,7 +274,8 @@ class RayConfig(Section):
 
 
 class SupervisionConfig(Section):
-    #: A running worker silent for this long is considered hung: killed and restarted.
+    #: A running worker silent for this long is considered hung: killed and restarted. A run of more
+    #: than 500 workers beats less often (workers / 2000 s apart) and waits four periods at least.
     heartbeat_timeout_s: float = Field(10.0, gt=0)
     #: Restarts allowed per worker within `restart_window_s`; one more stops the run cleanly.
     max_restarts: int = Field(3, ge=0)

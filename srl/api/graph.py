@@ -212,15 +212,18 @@ def _sampler_groups(c: ExperimentConfig) -> dict[str, Group]:
 
 
 def multi_policy_graph(config: ExperimentConfig, router: AgentRouter) -> Graph:
-    """One trainer group (and policy group, with remote inference) per policy, each on streams
-    of its own (`samples-<policy>`, `parameters-<policy>`, `inference-<policy>`), and one actor
-    group joined to all of them (its port `samples/<policy>` to `samples-<policy>`, ...).
+    """One trainer group per policy, each on streams of its own (`samples-<policy>`,
+    `parameters-<policy>`, `inference-<policy>`), and one actor group joined to all of them
+    (its port `samples/<policy>` to `samples-<policy>`, ...). With remote inference, one
+    policy group serves every policy the same way (`policy_workers.shared`), or each policy
+    has a policy group of its own.
 
     Each policy's groups are its one-policy graph's (`Algorithm.graph` of `config.policy_view`),
     renamed `<group>-<policy>`, and told its name and agents. Raises `ConfigError`.
     """
+    joined_kinds = {"actor", "policy"} if config.policy_workers.shared else {"actor"}
     groups: dict[str, Group] = {}
-    actor: Group | None = None
+    joined: dict[str, Group] = {}  # one group for all policies, its ports keyed by policy
     for name in config.policies:
         view = config.policy_view(name)
         algorithm = ALGORITHMS.resolve(view.algorithm.type)
@@ -233,19 +236,19 @@ def multi_policy_graph(config: ExperimentConfig, router: AgentRouter) -> Graph:
         agents = list(router.agents_of(name))
         for group_name, group in graph.groups.items():
             streams = {port: f"{stream}-{name}" for port, stream in group.streams.items()}
-            if group.kind == "actor":
-                if actor is None:
+            if group.kind in joined_kinds:
+                if group_name not in joined:
                     settings = {k: v for k, v in group.settings.items() if k != "policy"}
-                    actor = group.model_copy(update={"streams": {}, "settings": {
+                    joined[group_name] = group.model_copy(update={"streams": {}, "settings": {
                         **settings, "policies": {}, "agents": {}}})
-                actor.streams.update({f"{port}/{name}": stream for port, stream in streams.items()})
-                actor.settings["policies"][name] = view.policy.model_dump()
-                actor.settings["agents"][name] = agents
+                one = joined[group_name]
+                one.streams.update({f"{port}/{name}": stream for port, stream in streams.items()})
+                one.settings["policies"][name] = view.policy.model_dump()
+                one.settings["agents"][name] = agents
             else:
                 groups[f"{group_name}-{name}"] = group.model_copy(update={
                     "streams": streams, "settings": {**group.settings, "policy_name": name, "agents": agents}})
-    assert actor is not None
-    return Graph(groups={**groups, "actor": actor})
+    return Graph(groups={**groups, **joined})
 
 
 def with_evaluation(graph: Graph, config: ExperimentConfig) -> Graph:

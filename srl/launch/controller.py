@@ -40,7 +40,7 @@ from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
 from srl.streams import shm
-from srl.streams.link import LinkServer, StreamContext
+from srl.streams.link import LinkServer, StreamContext, allow_many_connections
 from srl.workers import checkpoint
 from srl.workers.base import CONTROL_KEY, ContextSpec, StreamEnd
 
@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds the workers get to say goodbye after the stop command, before they are ended by force.
 STOP_GRACE_S = 10.0
+#: Messages the control loop reads per turn at most; and seconds between two looks over every
+#: worker (supervision, the run's totals, the stop rules). A look costs as much as its workers,
+#: so it must not follow every message: 10,000 workers' heartbeats would cost 10,000 looks.
+MESSAGES_PER_TURN = 1000
+CHECK_EVERY_S = 0.1
 
 
 class Controller:
@@ -83,6 +88,9 @@ class Controller:
         self.write_error = ""
         self._interrupted = False
         self._progress = Progress(config.log.progress)
+        #: The run's env steps as of the last look over every worker (what heartbeats are answered with).
+        self.env_steps_seen = 0
+        self._next_status = 0.0
 
     @property
     def workers(self) -> dict[str, WorkerState]:
@@ -96,6 +104,7 @@ class Controller:
     def run(self) -> dict[str, Any]:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         ctx = self.context.build()
+        allow_many_connections()
         self.control = LinkServer(ctx, CONTROL_KEY, self.launcher.control_transport)
         self.started = time.monotonic()
         try:
@@ -126,7 +135,9 @@ class Controller:
         placed = {spec.name for spec in provisional}
         self.launcher.place([spec for spec in specs if spec.name not in placed])
         here = self.launcher.host_of(CONTROL_KEY)
+        heartbeat_s = self.supervisor.pace(len(specs))
         for spec in specs:
+            spec.heartbeat_s = heartbeat_s
             if self.launcher.host_of(spec.name) == here:
                 spec.controller_pid = os.getpid()
             kind = self.graph.kinds.get(spec.kind) or WORKERS.resolve(spec.kind)
@@ -176,13 +187,16 @@ class Controller:
         interval = self.config.log.report_interval_s
         next_report = time.monotonic() + interval
         last = (time.monotonic(), self.env_steps)
+        next_check = 0.0
         while not self.stop_reason:
-            message = self.control.recv(50)
-            if message is not None:
-                self._handle(message)
+            self._take_messages(50)
             now = time.monotonic()
             if self._interrupted:
                 self._stop("interrupted")
+            if now < next_check and not self.stop_reason:
+                continue
+            next_check = now + CHECK_EVERY_S
+            self.env_steps_seen = self.env_steps
             if not self.stop_reason and (failure := self.supervisor.check(now)):
                 reason, detail = failure
                 print(f"srl: {reason}" + (f". {detail}" if detail else ""), file=sys.stderr)
@@ -193,10 +207,20 @@ class Controller:
                 last = self._report(now, last)
                 next_report = now + interval
 
+    def _take_messages(self, wait_ms: int) -> None:
+        """Handle what waits on the control link (`MESSAGES_PER_TURN` at most), waiting up to
+        `wait_ms` for the first."""
+        for _ in range(MESSAGES_PER_TURN):
+            message = self.control.recv(wait_ms)
+            if message is None:
+                return
+            self._handle(message)
+            wait_ms = 0
+
     def _stop_rule(self, elapsed: float) -> str | None:
         if self.population is not None:  # each member's own numbers against `stop:`
             return self.population.stop_reason(list(self.workers.values()), elapsed)
-        return self.stop_rules.reason(self.metrics, self.env_steps, elapsed)
+        return self.stop_rules.reason(self.metrics, self.env_steps_seen, elapsed)
 
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason
@@ -226,7 +250,7 @@ class Controller:
             if event == "heartbeat":
                 self.supervisor.heard_from(worker, meta, message.client, now)
                 command = "stop" if self.stop_reason else "ok"
-                info = {"env_steps": self.env_steps}
+                info = {"env_steps": self.env_steps_seen, "heartbeat_s": self.supervisor.heartbeat_s}
                 if self.population is not None:
                     info.update(self.population.answer(worker, list(self.workers.values())))
                 self.control.send(message.client, 0, {"command": command, "info": info})
@@ -252,7 +276,11 @@ class Controller:
             self._write("members' metrics.jsonl", lambda: population.report(list(self.workers.values()),
                                                                              now - self.started))
         self._progress.show(record)
-        self._write_status("running" if not self.stop_reason else "stopping", now)
+        # A worker's row changes with its heartbeats: a large run, whose workers beat seldom,
+        # rewrites its status (a row per worker) as seldom.
+        if now >= self._next_status or self.stop_reason:
+            self._write_status("running" if not self.stop_reason else "stopping", now)
+            self._next_status = now + max(self.config.log.report_interval_s, self.supervisor.heartbeat_s)
         return now, steps
 
     def _write_status(self, state: str, now: float) -> None:
@@ -277,23 +305,25 @@ class Controller:
         self.stop_reason = self.stop_reason or "stopped"
         self.metrics.freeze()
         wall = time.monotonic() - self.started
+        self.env_steps_seen = self.env_steps
         for worker in self.workers.values():  # don't wait for their next heartbeat
             if worker.client:
-                self.control.send(worker.client, 0, {"command": "stop", "info": {"env_steps": self.env_steps}})
+                self.control.send(worker.client, 0, {"command": "stop", "info": {"env_steps": self.env_steps_seen}})
         # Answer heartbeats with "stop" until every worker has said goodbye (or the grace runs out);
         # one already silent past the heartbeat timeout is stuck: not waited for, but killed.
         deadline = time.monotonic() + STOP_GRACE_S
         started = self.launcher.started()
-        silent = self.config.supervision.heartbeat_timeout_s
+        silent = self.supervisor.silence_s
 
         def may_say_goodbye(name: str) -> bool:
             heard = self.workers[name].last_heartbeat if name in self.workers else 0.0
             return self.launcher.exitcode(name) is None and not (heard and time.monotonic() - heard > silent)
 
         while time.monotonic() < deadline and any(may_say_goodbye(n) for n in started):
-            message = self.control.recv(50)
-            if message is not None:
-                self._handle(message)
+            # One look over the workers per turn of messages: a look is as long as the run is large.
+            turn_ends = time.monotonic() + CHECK_EVERY_S
+            while time.monotonic() < turn_ends:
+                self._take_messages(50)
         for name in started:
             if self.launcher.exitcode(name) is None and not may_say_goodbye(name):
                 self.launcher.signal(name, signal.SIGKILL)

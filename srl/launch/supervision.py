@@ -33,6 +33,25 @@ log = logging.getLogger(__name__)
 STARTUP_GRACE_S = 120.0
 #: Seconds a hung worker gets to write its stacks to its log before it is killed.
 STACK_DUMP_S = 0.5
+#: Seconds between a worker's heartbeats in a small run.
+HEARTBEAT_S = 0.25
+#: Heartbeats a second the controller is sent at most, all workers together: past
+#: `MAX_HEARTBEATS_PER_S * HEARTBEAT_S` workers (500) each beats less often instead.
+MAX_HEARTBEATS_PER_S = 2000
+#: A worker is silent (hung) only after missing this many heartbeats in a row, whatever the
+#: configured timeout: a paced heartbeat can be seconds apart.
+SILENT_BEATS = 4
+
+
+def heartbeat_period(workers: int) -> float:
+    """Seconds between each worker's heartbeats in a run of `workers`: the controller reads
+    one message at a time, so the run's total rate is capped rather than each worker's."""
+    return max(HEARTBEAT_S, workers / MAX_HEARTBEATS_PER_S)
+
+
+def silence_timeout(configured_s: float, period_s: float) -> float:
+    """Seconds without a heartbeat after which a worker counts as hung (or its controller as gone)."""
+    return max(configured_s, SILENT_BEATS * period_s)
 
 
 @dataclass
@@ -83,8 +102,17 @@ class Supervisor:
         #: Called with a worker's last state just before a replacement takes its place.
         self.on_replaced = on_replaced
         self.workers: dict[str, WorkerState] = {}
+        #: Seconds between each worker's heartbeats (`pace`), and silence that counts as hung.
+        self.heartbeat_s = HEARTBEAT_S
+        self.silence_s = silence_timeout(budget.heartbeat_timeout_s, self.heartbeat_s)
         #: When a worker last moved on (or started): the run stalls when none has for a window.
         self.run_moved_at = time.monotonic()
+
+    def pace(self, workers: int) -> float:
+        """Set the heartbeat period for a run of `workers` (the answer to every heartbeat tells it)."""
+        self.heartbeat_s = heartbeat_period(workers)
+        self.silence_s = silence_timeout(self.budget.heartbeat_timeout_s, self.heartbeat_s)
+        return self.heartbeat_s
 
     def start(self, worker: WorkerState) -> None:
         self.workers[worker.spec.name] = worker
@@ -142,7 +170,7 @@ class Supervisor:
 
     def _stalled(self, worker: WorkerState, now: float) -> str:
         """Why a running worker counts as hung ("" if it does not)."""
-        if now - worker.last_heartbeat > self.budget.heartbeat_timeout_s:
+        if now - worker.last_heartbeat > self.silence_s:
             return f"sent no heartbeat for {now - worker.last_heartbeat:.0f} s"
         # Judged from what its heartbeats said, up to the last one: a worker silent meanwhile (or a
         # controller that read nothing for a while) is the heartbeat timeout's business.

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import zmq
 
 from srl.api.policy import Policy
 from srl.data import keys
@@ -158,3 +159,15 @@ class InferenceServer:
 
     def close(self) -> None:
         self.link.close()
+
+
+def wait_for_requests(servers: Sequence[InferenceServer], timeout_ms: int) -> bool:
+    """Wait up to `timeout_ms` until any of `servers` has a message waiting (True) or none has.
+
+    A policy worker serving several policies has a server each and waits on all of them at
+    once, so a request to one never waits out a timeout on another.
+    """
+    poller = zmq.Poller()
+    for server in servers:
+        poller.register(server.link.socket, zmq.POLLIN)
+    return bool(poller.poll(timeout_ms))

@@ -24,7 +24,9 @@ looks at `MAX_PER_RECV` messages at most, so a flood cannot hold a worker's loop
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
+import resource
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,6 +49,15 @@ _SLOT_KEY = "_slot"
 MAX_PER_RECV = 64
 MAX_BYTES_PER_RECV = 32 << 20
 DEFERRED = "deferred"
+
+
+def allow_many_connections() -> None:
+    """Raise this process's limit of open files to the most it may have: a server holds a
+    socket per connected client (thousands of actors on one controller or policy worker)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def binding(kind: str, key: str, address: str, direction: str) -> str:

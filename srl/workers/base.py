@@ -10,8 +10,9 @@ it waits on: the controller's progress watchdog blames a stalled worker only if 
 on no other. A graph names the kind by import path (`mypkg.workers:MyWorker`); nothing
 registers it.
 The shell sends a heartbeat with those stats every `heartbeat_s`; the controller's
-answer says whether to keep going. No answer for `orphan_timeout_s` means the
-controller is gone, and the worker exits on its own rather than linger as an orphan.
+answer says whether to keep going, and how often to beat (a large run beats less often).
+No answer for `orphan_timeout_s` (or four periods, if longer) means the controller is
+gone, and the worker exits on its own rather than linger as an orphan.
 
     worker = ActorWorker(spec, ctx)
     worker.run()      # setup(); while not stopped: poll(); heartbeat; teardown()
@@ -67,6 +68,9 @@ HUNG_SIGNAL = signal.SIGUSR1
 #: Seconds between looks at the control socket. The run loop asks after every poll (thousands
 #: of times a second for a fast env); a stop command waits at most this long.
 CONTROL_CHECK_S = 0.02
+#: Heartbeats in a row left unanswered after which the controller counts as gone (at least
+#: `orphan_timeout_s`): a large run's heartbeats are seconds apart.
+ORPHAN_BEATS = 4
 
 
 @dataclass
@@ -169,6 +173,8 @@ class Worker(ABC):
         self._busy = threading.Event()
         self._control_lock = threading.Lock()
         self._last_ack = time.monotonic()
+        #: Seconds between heartbeats: the spec's, then whatever the controller's answers say.
+        self.heartbeat_s = spec.heartbeat_s
         #: When the oldest heartbeat still unanswered was sent: a worker busy in one long
         #: `poll()` (a CNN training step) sent nothing, so the controller owed it no answer.
         self._unanswered_since: float | None = None
@@ -230,6 +236,11 @@ class Worker(ABC):
                 del self._command_results[next(iter(self._command_results))]
 
     @property
+    def orphan_timeout_s(self) -> float:
+        """Seconds without an answer after which the controller counts as gone."""
+        return max(self.spec.orphan_timeout_s, ORPHAN_BEATS * self.heartbeat_s)
+
+    @property
     def stopping(self) -> bool:
         return self._stopping
 
@@ -243,7 +254,7 @@ class Worker(ABC):
             return not self._stopping
         self._last_check = now
         self._read_answers(now)
-        if force or now - self._last_heartbeat >= self.spec.heartbeat_s:
+        if force or now - self._last_heartbeat >= self.heartbeat_s:
             self._last_heartbeat = now
             if self._unanswered_since is None:
                 self._unanswered_since = now
@@ -252,7 +263,7 @@ class Worker(ABC):
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats(),
                                    "waiting": self.waiting_on})
         silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
-        if self._orphaned_at is None and (silent > self.spec.orphan_timeout_s or not self._controller_alive()):
+        if self._orphaned_at is None and (silent > self.orphan_timeout_s or not self._controller_alive()):
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._orphaned_at = now
             self._stopping = True
@@ -268,6 +279,9 @@ class Worker(ABC):
             if answer.meta.get("command") == "stop":
                 self._stopping = True
             info = dict(answer.meta.get("info") or {})
+            period = info.pop("heartbeat_s", None)
+            if isinstance(period, (int, float)) and period > 0:
+                self.heartbeat_s = float(period)
             self._commands.extend(c for c in info.pop("commands", []) if isinstance(c, dict))
             self.controller_info.update(info)
 
@@ -297,11 +311,11 @@ class Worker(ABC):
     def _beat_while_busy(self) -> None:
         while True:
             self._busy.wait()
-            time.sleep(self.spec.heartbeat_s)
+            time.sleep(self.heartbeat_s)
             with self._control_lock:
                 if self._busy.is_set():
                     self.heartbeat(force=True)
-            if self._orphaned_at is not None and time.monotonic() - self._orphaned_at > self.spec.orphan_timeout_s:
+            if self._orphaned_at is not None and time.monotonic() - self._orphaned_at > self.orphan_timeout_s:
                 # Still inside one computation long after the controller went: no one else will
                 # end this process. Its run is over, so its shared memory goes with it.
                 log.error("still busy %.0f s after the controller went; exiting without teardown",
@@ -320,8 +334,12 @@ class Worker(ABC):
             pass
         return True
 
-    def run(self) -> int:
+    def connect(self) -> None:
+        """Open the control link to the controller (before `setup`)."""
         self._control = LinkClient(self.ctx, self.spec.control.key, self.spec.control.transport, self.name)
+
+    def run(self) -> int:
+        self.connect()
         code = 0
         try:
             self.setup()
@@ -345,13 +363,18 @@ class Worker(ABC):
                                        "fatal": str(exc) if isinstance(exc, FatalError) else "",
                                        "log": SHIPPED_LOG.drain()})
         finally:
-            try:
-                self.teardown()
-            except Exception:
-                log.exception("teardown of %s failed", self.name)
-            if code == 0:
-                self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self._stats(),
-                                       "log": SHIPPED_LOG.drain()})
+            self.say_goodbye(code)
             time.sleep(0.05)  # let the last message leave before the socket closes
             self._control.close()
         return code
+
+    def say_goodbye(self, code: int) -> None:
+        """Tear down; after a clean run (`code` 0) send the controller the last stats (an `exit` event)."""
+        assert self._control is not None
+        try:
+            self.teardown()
+        except Exception:
+            log.exception("teardown of %s failed", self.name)
+        if code == 0:
+            self._control.send(0, {"worker": self.name, "event": "exit", "pid": os.getpid(), "stats": self._stats(),
+                                   "log": SHIPPED_LOG.drain()})

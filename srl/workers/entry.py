@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
+from srl.streams.link import allow_many_connections
 from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
 from srl.workers.seeding import seed_process, worker_seed
 
@@ -61,6 +62,7 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     # Simulators that write files into the working directory (VizDoom's config, for one)
     # write them inside the run directory, never into the user's.
     ctx = context.build()
+    allow_many_connections()
     workdir = Path(spec.run_dir) / "workdir" if own_process else Path(ctx.ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)

@@ -69,11 +69,15 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     seed_process(worker_seed(spec.seed, spec.group, spec.index, spec.generation))
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
+    # Before any thread starts (zmq's start with the first socket): a thread inherits the policy.
+    idle = bool(spec.placement.get("idle")) and hasattr(os, "SCHED_IDLE")
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     worker = WORKERS.resolve(spec.kind)(spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-    logging.info("starting %s (pid %d, nice %d, %d torch threads)", spec.name, os.getpid(), os.nice(0),
-                 torch.get_num_threads())
+    logging.info("starting %s (pid %d, nice %d%s, %d torch threads)", spec.name, os.getpid(), os.nice(0),
+                 ", idle" if idle else "", torch.get_num_threads())
     code = worker.run()
     logging.info("%s exits with status %d", spec.name, code)
     return code

@@ -71,14 +71,9 @@ def test_config_overrides_a_groups_count_and_placement_and_adds_a_group_by_impor
     assert resolve(config).describe()["streams"]["parameters"]["consumers"] == ["actor", "watcher"]
 
 
-def test_samplers_yield_the_cpu_by_default_and_a_placement_can_say_otherwise():
-    graph = resolve(_config(actors={"inference": "remote"})).graph
-    assert graph.groups["actor"].placement.idle and graph.groups["policy"].placement.idle
-    assert graph.groups["actor"].placement.nice == 10
-    assert graph.groups["trainer"].placement.idle is False and graph.groups["trainer"].placement.nice == 0
-    config = _config(actors={"placement": {"idle": False}}, trainers={"placement": {"idle": True}})
-    groups = resolve(config).graph.groups
-    assert groups["actor"].placement.idle is False and groups["trainer"].placement.idle is True
+def test_a_groups_placement_can_ask_for_the_idle_cpu_policy():
+    groups = resolve(_config(actors={"placement": {"idle": True}})).graph.groups
+    assert groups["actor"].placement.idle and not groups["trainer"].placement.idle
 
 
 def test_a_settings_override_merges_nested_sections_key_by_key():

@@ -174,7 +174,7 @@ def replay_graph(config: ExperimentConfig, unit: Literal["transition", "sequence
     """
     c = config
     buffer = Group(
-        kind="buffer", count=c.replay.count, placement=_niced(c.replay.placement, 0, idle=False),
+        kind="buffer", count=c.replay.count, placement=_niced(c.replay.placement, 0),
         settings={"env": c.env.model_dump(), "replay": c.replay.model_dump(exclude={"count", "placement"}),
                   "trajectory_length": c.actors.trajectory_length, "unit": unit, "n_step": n_step, "gamma": gamma,
                   "joint": joint, "checkpoint": c.checkpoint.model_dump()},
@@ -185,7 +185,7 @@ def replay_graph(config: ExperimentConfig, unit: Literal["transition", "sequence
 
 def _trainer_group(c: ExperimentConfig, samples: str = "samples") -> Group:
     return Group(
-        kind="trainer", count=c.trainers.count, placement=_niced(c.trainers.placement, 0, idle=False),
+        kind="trainer", count=c.trainers.count, placement=_niced(c.trainers.placement, 0),
         settings={"env": c.env.model_dump(), "policy": c.policy.model_dump(), "algorithm": c.algorithm.model_dump(),
                   "trainers": c.trainers.model_dump(), "checkpoint": c.checkpoint.model_dump(),
                   "streams": c.streams.model_dump(include={"when_full", "trainer_queue"})},
@@ -199,12 +199,11 @@ def _sampler_groups(c: ExperimentConfig) -> dict[str, Group]:
     groups = {}
     if remote:
         groups["policy"] = Group(
-            kind="policy", count=c.policy_workers.count,
-            placement=_niced(c.policy_workers.placement, SAMPLER_NICE, idle=True),
+            kind="policy", count=c.policy_workers.count, placement=_niced(c.policy_workers.placement, SAMPLER_NICE),
             settings={"env": env, "policy": policy, **c.policy_workers.model_dump(include={"max_wait_ms", "device"})},
             streams={"inference": "inference", "parameters": "parameters"})
     groups["actor"] = Group(
-        kind="actor", count=c.actors.count, placement=_niced(c.actors.placement, SAMPLER_NICE, idle=True),
+        kind="actor", count=c.actors.count, placement=_niced(c.actors.placement, SAMPLER_NICE),
         # `batch_steps`: a synchronous actor waits for a new version once the trainer has a batch.
         settings={"env": env, "policy": policy, "actors": c.actors.model_dump(), "sample_slots": c.streams.sample_slots,
                   "batch_steps": c.trainers.batch_steps},
@@ -285,10 +284,9 @@ def with_self_play(graph: Graph, config: ExperimentConfig) -> Graph:
                          "league": league})
 
 
-def _niced(placement: Placement, default_nice: int, idle: bool = False) -> Placement:
-    """The placement with `nice` and `idle` resolved (unset: the group's defaults)."""
-    defaults = {"nice": default_nice, "idle": idle}
-    return placement.model_copy(update={k: v for k, v in defaults.items() if getattr(placement, k) is None})
+def _niced(placement: Placement, default_nice: int) -> Placement:
+    """The placement with `nice` resolved (unset: the group's default)."""
+    return placement if placement.nice is not None else placement.model_copy(update={"nice": default_nice})
 
 
 @dataclass

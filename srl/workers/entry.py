@@ -69,7 +69,8 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     seed_process(worker_seed(spec.seed, spec.group, spec.index, spec.generation))
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
-    # Before any thread starts (zmq's start with the first socket): a thread inherits the policy.
+    # Here, before the worker opens its first socket (zmq starts its threads then): Linux sets the
+    # policy per thread, and a new thread inherits its creator's.
     idle = bool(spec.placement.get("idle")) and hasattr(os, "SCHED_IDLE")
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

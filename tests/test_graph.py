@@ -71,6 +71,11 @@ def test_config_overrides_a_groups_count_and_placement_and_adds_a_group_by_impor
     assert resolve(config).describe()["streams"]["parameters"]["consumers"] == ["actor", "watcher"]
 
 
+def test_a_groups_placement_can_ask_for_the_idle_cpu_policy():
+    groups = resolve(_config(actors={"placement": {"idle": True}})).graph.groups
+    assert groups["actor"].placement.idle and not groups["trainer"].placement.idle
+
+
 def test_a_settings_override_merges_nested_sections_key_by_key():
     config = _config(workers={"trainer": {"settings": {"trainers": {"batch_steps": 512}}}})
     trainers = resolve(config).graph.groups["trainer"].settings["trainers"]

@@ -58,6 +58,12 @@ class Placement(Section):
     #: cores are shared, the trainer, usually the bottleneck, then runs whenever it can and the
     #: samplers fill the gaps (docs/benchmarks.md has the measurement).
     nice: int | None = Field(None, ge=0, le=19)
+    #: Run the group's processes under Linux's SCHED_IDLE policy: they take a core only when no
+    #: other process wants it, and a core running only such processes counts as free for a
+    #: waking process. On a box of its own, `actors.placement.idle=true` keeps the trainer's core
+    #: for it better than `nice`; where other users' processes share the cores, idle samplers
+    #: starve (docs/benchmarks.md, "The trainer's core on a slower or busier box").
+    idle: bool = False
     #: Torch intra-op threads of each of the group's processes. One by default: workers
     #: already fill the cores, and idle OpenMP threads spinning beside them cost more than a
     #: parallel speed-up of small ops. A trainer of large convolutions gains from more.

@@ -71,11 +71,16 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     seed_process(worker_seed(spec.seed, spec.group, spec.index, spec.generation))
     if spec.placement.get("nice"):
         os.nice(spec.placement["nice"])
+    # Here, before the worker opens its first socket (zmq starts its threads then): Linux sets the
+    # policy per thread, and a new thread inherits its creator's.
+    idle = bool(spec.placement.get("idle")) and hasattr(os, "SCHED_IDLE")
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     worker = WORKERS.resolve(spec.kind)(spec, ctx)
     if own_process:
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
-    logging.info("starting %s (pid %d, nice %d, %d torch threads)", spec.name, os.getpid(), os.nice(0),
-                 torch.get_num_threads())
+    logging.info("starting %s (pid %d, nice %d%s, %d torch threads)", spec.name, os.getpid(), os.nice(0),
+                 ", idle" if idle else "", torch.get_num_threads())
     code = worker.run()
     logging.info("%s exits with status %d", spec.name, code)
     return code

@@ -439,8 +439,8 @@ def _inputs_command(args: argparse.Namespace) -> None:
     for name, links in (("samples", costs.samples), ("inference request", costs.requests)):
         for transport, t in links.items():
             print(f"| {name}, {transport} | {t.message_s * 1e6:.0f} µs | {t.byte_s * 1e9:.2f} ns |")
-    print(f"\ncontroller, a heartbeat: {costs.heartbeat_s * 1e6:.0f} µs + {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
-          f"per worker supervised")
+    print(f"\ncontroller: {costs.heartbeat_s * 1e6:.0f} µs a heartbeat, {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
+          f"a worker per look over every worker")
 
 
 #: Simulated clients of the fan-in harness (docs/fanin.md), and the other workers its controller

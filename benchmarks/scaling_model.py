@@ -29,7 +29,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-#: Controller heartbeats per worker per second (`WorkerSpec.heartbeat_s` = 0.25 s).
+from srl.launch.controller import CHECK_EVERY_S
+from srl.launch.supervision import heartbeat_period
+
+#: Controller heartbeats per worker per second before pacing (every worker every 0.25 s, whatever the run's size).
 HEARTBEAT_HZ = 4.0
 
 
@@ -99,7 +102,9 @@ class Costs:
     samples: dict[str, Transport]
     #: One end of an inference request, by transport (the server's CPU; the client's taken as equal).
     requests: dict[str, Transport]
-    #: Controller CPU per heartbeat: a fixed part and a part per worker it supervises.
+    #: Controller CPU per heartbeat (`heartbeat_s`), and per worker of one look over every worker
+    #: (`heartbeat_per_worker_s`: supervision's check, the run's totals; measured when a look
+    #: followed every heartbeat, so a heartbeat then cost `heartbeat(W)`).
     heartbeat_s: float
     heartbeat_per_worker_s: float
     #: Measured GPU figures, when a GPU run provided them (`Experiment.device == "cuda"`).
@@ -107,6 +112,20 @@ class Costs:
 
     def heartbeat(self, workers: int) -> float:
         return self.heartbeat_s + self.heartbeat_per_worker_s * workers
+
+
+#: How the controller supervises W workers. "paced" (today): the run's heartbeats are paced
+#: (`heartbeat_period`) and the controller looks over every worker every `CHECK_EVERY_S`, not
+#: after each message. "flat" (before pacing): 4 heartbeats a second each, a look after each.
+Pacing = Literal["paced", "flat"]
+
+
+def controller_cores(costs: Costs, workers: int, pacing: Pacing = "paced") -> float:
+    """Cores' worth of the controller's CPU that supervising `workers` workers takes."""
+    if pacing == "flat":
+        return HEARTBEAT_HZ * workers * costs.heartbeat(workers)
+    heartbeats_per_s = workers / heartbeat_period(workers)
+    return heartbeats_per_s * costs.heartbeat_s + workers * costs.heartbeat_per_worker_s / CHECK_EVERY_S
 
 
 # ------------------------------------------------------------------------ the model
@@ -191,7 +210,7 @@ class Host:
                                       note=f"{policy_workers} {'GPU' if on_gpu else 'CPU'} policy worker(s) at batch "
                                            f"{exp.reached_batch}: forward pass + requests"))
         workers = exp.actors + self.trainers + policy_workers + (self.nodes - 1)
-        heartbeats = HEARTBEAT_HZ * workers * costs.heartbeat(workers)
+        heartbeats = controller_cores(costs, workers)
         actor_step = exp.env_s + act + send
         trainer_step = learn + send
         cpu_learn = 0.0 if on_gpu else learn
@@ -225,10 +244,11 @@ class Cluster:
     policy_workers: int = 0
     policy_hosts: int = 1
     policy_batch: int = 1024
-    #: "flat": every worker heartbeats the controller; "per_host": each host's workers heartbeat an
-    #: agent there (costing it what a controller of `cores_per_host` workers spends), and the agent
-    #: reports its sums once a heartbeat period (costing the controller one heartbeat).
-    supervision: Literal["flat", "per_host"] = "flat"
+    #: "paced" (today) and "flat" (before pacing): every worker heartbeats the controller (see
+    #: `controller_cores`); "per_host": each host's workers heartbeat an agent there (costing it what
+    #: a paced controller of `cores_per_host` workers spends), and the agent reports its sums once a
+    #: heartbeat period (the controller supervises the agents alone, paced).
+    supervision: Literal["paced", "flat", "per_host"] = "paced"
     #: Parameters cross the network once per host (a relay each), from the trainer's NIC;
     #: with a tree of relays of this fan-out the trainer sends `fanout` copies instead of one per host.
     param_fanout: int | None = None
@@ -263,13 +283,13 @@ class Cluster:
         relay = param_readers * 2 * zmq.byte_s * exp.param_bytes * versions_per_step
         copies = param_readers if self.param_fanout is None else min(self.param_fanout, param_readers)
         workers = self.cores + self.trainer_workers + self.policy_workers + param_readers
-        if self.supervision == "flat":
-            controller = HEARTBEAT_HZ * workers * costs.heartbeat(workers)
+        if self.supervision != "per_host":
+            controller = controller_cores(costs, workers, self.supervision)
             agents = 0.0
         else:
             reporters = hosts + self.trainer_hosts + (self.policy_hosts if self.policy_workers else 0)
-            controller = HEARTBEAT_HZ * reporters * costs.heartbeat(reporters)
-            agents = HEARTBEAT_HZ * workers * costs.heartbeat(self.cores_per_host)
+            controller = controller_cores(costs, reporters)
+            agents = hosts * controller_cores(costs, self.cores_per_host)
         # Data-parallel learners: every gradient step all-reduces the parameters (ring: 2 P bytes
         # in and out of each host that holds trainers, when they span hosts).
         allreduce = (2 * exp.param_bytes * exp.updates_per_batch / exp.batch_steps / nic) if self.trainer_hosts > 1 else 0.0
@@ -291,8 +311,8 @@ class Cluster:
                      + hosts * exp.param_bytes * versions_per_step / nic,
                      note="samples out, requests, parameters in, per actor host"),
             Resource("controller core", 1.0, 0.0, controller,
-                     note=f"{workers:,} workers x {HEARTBEAT_HZ:g} heartbeats/s" if self.supervision == "flat"
-                     else f"{hosts} host agents x {HEARTBEAT_HZ:g} reports/s"),
+                     note=f"{hosts} host agents reporting, paced" if self.supervision == "per_host"
+                     else f"{workers:,} workers, {self.supervision}"),
         ]
         if exp.inference == "remote":
             inference = (gpu or exp).inference_at(self.policy_batch)
@@ -364,35 +384,45 @@ def _predict_command(args: argparse.Namespace) -> None:
         for cores in args.sizes:
             cluster = Cluster(cores=cores, **assumptions)
             row: dict[str, Any] = {"config": config, "cores": cores, "assumptions": cluster.describe()}
-            for supervision in ("flat", "per_host"):
+            for supervision in SUPERVISIONS:
                 p = predict(replace(cluster, supervision=supervision).resources(costs, exp))
                 print_prediction(f"{cores:>6,} cores, supervision {supervision:<8}", p, args.top)
                 row[supervision] = {"throughput": p.throughput, "bottleneck": p.bottleneck, "limits": p.limits,
                                     "loads": p.loads}
             rows.append(row)
     if args.markdown:
-        print("\n| config | cores | today (flat supervision) | per-host supervision: env steps/s (first bottleneck) "
-              "| the limits after it, in order | learner processes to keep up with the actors |")
+        print("\n| config | cores | today (paced supervision): env steps/s (first bottleneck) "
+              "| the limits after it, in order | controller cores: today / per-host agents / before pacing "
+              "| learner processes to keep up with the actors |")
         print("|---|---|---|---|---|---|")
         for row in rows:
-            flat, per_host = row["flat"], row["per_host"]
-            limits = per_host["limits"]
-            after = " < ".join(f"{name} {_short(limit)}" for name, limit in list(limits.items())[1:4])
+            today = row["paced"]
+            after = " < ".join(f"{name} {_short(limit)}" for name, limit in list(today["limits"].items())[1:4])
             learner = (costs.gpu.get(row["config"]) or costs.experiments[row["config"]]).learner_s
-            today = (f"{_short(flat['throughput'])} ({flat['bottleneck']})" if flat["throughput"] > 0 else
-                     f"breaks: {flat['bottleneck']} needs {flat['loads'][flat['bottleneck']]:,.1f}× its capacity")
-            print(f"| {row['config']} | {row['cores']:,} | {today} | {_short(per_host['throughput'])} "
-                  f"({per_host['bottleneck']}) | {after} | {limits['actor cores'] * learner:,.0f} |")
+            # The controller's load is its cores (capacity 1, nothing per step), swamped or not.
+            controller = " / ".join(f"{row[s]['loads']['controller core']:,.2f}" for s in SUPERVISIONS)
+            print(f"| {row['config']} | {row['cores']:,} | {_short(today['throughput'])} ({today['bottleneck']}) "
+                  f"| {after} | {controller} | {today['limits']['actor cores'] * learner:,.0f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
 
 
-def saturating_workers(costs: Costs, hz: float = HEARTBEAT_HZ) -> float:
-    """Workers W at which hz * W * (a + b W) fills one controller core (the positive root)."""
-    a, b = costs.heartbeat_s, costs.heartbeat_per_worker_s
-    if b == 0:
-        return 1.0 / (hz * a) if a > 0 else math.inf
-    return (-a + math.sqrt(a * a + 4 * b / hz)) / (2 * b)
+#: The supervision columns of the prediction table: today, the option beyond it, and before pacing.
+SUPERVISIONS = ("paced", "per_host", "flat")
+
+
+def saturating_workers(costs: Costs, pacing: Pacing = "paced") -> float:
+    """Workers W at which supervising them fills one controller core. The load grows with W in
+    both pacings, so a bisection finds it (inf: it never does, the costs being zero)."""
+    low, high = 0.0, 1.0
+    while controller_cores(costs, int(high), pacing) < 1.0:
+        low, high = high, high * 2
+        if high > 1e12:
+            return math.inf
+    while high - low > 1:
+        mid = (low + high) / 2
+        low, high = (mid, high) if controller_cores(costs, int(mid), pacing) < 1.0 else (low, mid)
+    return high
 
 
 def _inputs_command(args: argparse.Namespace) -> None:
@@ -409,24 +439,29 @@ def _inputs_command(args: argparse.Namespace) -> None:
     for name, links in (("samples", costs.samples), ("inference request", costs.requests)):
         for transport, t in links.items():
             print(f"| {name}, {transport} | {t.message_s * 1e6:.0f} µs | {t.byte_s * 1e9:.2f} ns |")
-    print(f"\ncontroller, a heartbeat: {costs.heartbeat_s * 1e6:.0f} µs + {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
-          f"per worker supervised")
+    print(f"\ncontroller: {costs.heartbeat_s * 1e6:.0f} µs a heartbeat, {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
+          f"a worker per look over every worker")
 
 
-#: Simulated clients of the fan-in harness (docs/fanin.md).
+#: Simulated clients of the fan-in harness (docs/fanin.md), and the other workers its controller
+#: supervises: two policy workers and a trainer.
 FANIN_CLIENTS = (100, 1_000, 10_000)
+FANIN_SERVERS = 3
 
 
 def _fanin_command(args: argparse.Namespace) -> None:
-    """The controller's CPU per heartbeat and its load, at the fan-in harness's client counts."""
+    """The controller's predicted CPU at the fan-in harness's client counts, paced and before pacing."""
     costs = load_costs(args.costs)
-    print(f"controller CPU a heartbeat = {costs.heartbeat_s * 1e6:.1f} µs + {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
-          f"x workers supervised; load = heartbeats/s x that")
+    print(f"controller CPU: {costs.heartbeat_s * 1e6:.1f} µs a heartbeat, {costs.heartbeat_per_worker_s * 1e9:.0f} ns "
+          f"a worker per look over every worker")
     for clients in FANIN_CLIENTS:
-        each = costs.heartbeat(clients)
-        print(f"  {clients:>6,} clients: {each * 1e6:8.1f} µs a heartbeat; at {HEARTBEAT_HZ:g}/s each "
-              f"{HEARTBEAT_HZ * clients * each:8.2f} controller cores")
-    print(f"one controller core is saturated at {saturating_workers(costs):,.0f} workers heartbeating {HEARTBEAT_HZ:g}/s")
+        workers = clients + FANIN_SERVERS
+        period = heartbeat_period(workers)
+        print(f"  {clients:>6,} clients ({workers:,} workers): a heartbeat every {period:g} s each, "
+              f"{workers / period:,.0f}/s; controller cores {controller_cores(costs, workers):.2f} paced "
+              f"(looks every {CHECK_EVERY_S:g} s), {controller_cores(costs, workers, 'flat'):,.2f} before pacing")
+    print(f"one controller core is saturated at {saturating_workers(costs):,.0f} workers paced, "
+          f"{saturating_workers(costs, 'flat'):,.0f} before pacing")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -82,10 +82,35 @@ def test_one_host_shares_its_cores_and_one_trainer_process_caps_training():
 def test_flat_supervision_grows_with_workers_squared_and_per_host_agents_relieve_it():
     costs = replace(_costs(), heartbeat_s=100e-6, heartbeat_per_worker_s=1e-6)
     exp = costs.experiments["toy"]
-    flat = model.predict(model.Cluster(cores=10_000).resources(costs, exp))
+    flat = model.predict(model.Cluster(cores=10_000, supervision="flat").resources(costs, exp))
     assert flat.bottleneck == "controller core" and flat.throughput == 0.0
     per_host = model.predict(model.Cluster(cores=10_000, supervision="per_host").resources(costs, exp))
     assert per_host.bottleneck != "controller core" and per_host.throughput > 0
+
+
+def _measured_controller() -> "model.Costs":
+    return replace(_costs(), heartbeat_s=226e-6, heartbeat_per_worker_s=0.56e-6)
+
+
+def test_paced_supervision_keeps_the_controller_below_one_core_at_ten_thousand_workers():
+    costs = _measured_controller()
+    assert model.controller_cores(costs, 10_000) < 1.0 < model.controller_cores(costs, 10_000, "flat")
+    exp = costs.experiments["toy"]
+    today = model.predict(model.Cluster(cores=10_000).resources(costs, exp))
+    assert today.bottleneck != "controller core" and today.loads["controller core"] < 1.0
+    assert model.saturating_workers(costs) > 20 * model.saturating_workers(costs, "flat")
+
+
+def test_past_the_heartbeat_cap_the_paced_load_grows_with_workers_only_through_the_look():
+    costs = _measured_controller()
+    looks = replace(costs, heartbeat_s=0.0)
+    for small, large in ((1_000, 10_000), (10_000, 20_000)):
+        growth = model.controller_cores(costs, large) - model.controller_cores(costs, small)
+        assert growth == pytest.approx(model.controller_cores(looks, large) - model.controller_cores(looks, small))
+    assert model.controller_cores(looks, 10_000) == pytest.approx(10_000 * 0.56e-6 / model.CHECK_EVERY_S)
+    # Below the cap every worker beats at the small run's rate: the heartbeats grow with W too.
+    beats = replace(costs, heartbeat_per_worker_s=0.0)
+    assert model.controller_cores(beats, 100) == pytest.approx(100 / model.heartbeat_period(100) * 226e-6)
 
 
 def test_parameters_sent_once_per_host_cap_throughput_as_hosts_grow_and_a_tree_lifts_the_cap():
@@ -123,9 +148,11 @@ def test_costs_round_trip_through_json():
 
 def test_the_controller_saturates_where_its_heartbeat_load_reaches_one_core():
     costs = replace(_costs(), heartbeat_s=150e-6, heartbeat_per_worker_s=0.7e-6)
-    w = model.saturating_workers(costs)
-    assert model.HEARTBEAT_HZ * w * costs.heartbeat(w) == pytest.approx(1.0)
-    assert model.saturating_workers(replace(costs, heartbeat_per_worker_s=0.0)) == pytest.approx(1 / (4 * 150e-6))
+    for pacing in ("paced", "flat"):
+        w = model.saturating_workers(costs, pacing)
+        assert model.controller_cores(costs, w - 1, pacing) < 1.0 <= model.controller_cores(costs, w, pacing)
+    flat = model.saturating_workers(replace(costs, heartbeat_per_worker_s=0.0), "flat")
+    assert flat == pytest.approx(1 / (4 * 150e-6), abs=1)
 
 
 def test_the_cli_tables_come_from_the_committed_costs(capsys):

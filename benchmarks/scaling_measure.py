@@ -16,9 +16,6 @@ import math
 import multiprocessing as mp
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +35,7 @@ from srl import bench
 from srl.api.config import load
 from srl.api.graph import Supervision
 from srl.launch.launcher import Launcher
+from srl.launch.loopback_ray import loopback_ray_cluster
 from srl.launch.run_dir import write_json_atomic
 
 #: Batch sizes whose forward pass is timed (the acting batch is added per config).
@@ -413,76 +411,21 @@ def check_cores(args: argparse.Namespace) -> None:
     _report(rows, args.json)
 
 
-HEAD, SECOND = "127.0.0.2", "127.0.0.3"
-
-
-def _cluster_processes(temp_dir: str) -> list[Any]:
-    """Every process of a Ray cluster started with `temp_dir`: those naming it or holding a file in it
-    (Ray's agents retitle themselves), and their descendants (the workers). Not this process,
-    which holds files there too once it has connected as the driver."""
-    import psutil
-
-    found = {}
-    for process in psutil.process_iter(["cmdline"]):
-        if process.pid == os.getpid():
-            continue
-        try:
-            if (any(temp_dir in part for part in process.info["cmdline"] or [])
-                    or any(f.path.startswith(temp_dir) for f in process.open_files())):
-                found[process.pid] = process
-                found.update((c.pid, c) for c in process.children(recursive=True))
-        except psutil.Error:
-            pass
-    return list(found.values())
-
-
-@contextlib.contextmanager
-def loopback_ray_cluster() -> Iterator[tuple[str, Callable[[], list[Any]]]]:
-    """Two Ray nodes on loopback (resources node1, node2): their address and a finder of their
-    processes; stopped by PID afterwards, as tests/test_ray.py does (never `ray stop`)."""
-    import psutil
-
-    temp_dir = tempfile.mkdtemp(prefix="srl-ray-")
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    with socket.socket() as s:
-        s.bind((HEAD, 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    common = ["--num-cpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
-    try:
-        subprocess.run([ray_cli, "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}", "--include-dashboard=false",
-                        '--resources={"node1": 1}', *common], check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([ray_cli, "start", f"--address={HEAD}:{port}", f"--node-ip-address={SECOND}",
-                        '--resources={"node2": 1}', "--object-store-memory=300000000", *common[:1], "--disable-usage-stats"],
-                       check=True, capture_output=True, env=env, timeout=120)
-        yield f"{HEAD}:{port}", functools.partial(_cluster_processes, temp_dir)
-    finally:
-        processes = _cluster_processes(temp_dir)
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                process.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(processes, timeout=10)
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
 def check_nodes(args: argparse.Namespace) -> None:
     """The same run with every worker on one Ray node, then with the actors on a second (loopback) node."""
     costs = load_costs(args.costs)
     rows = []
-    with loopback_ray_cluster() as (address, cluster_processes):
+    with loopback_ray_cluster() as cluster:
         for config in args.configs:
             exp = costs.experiments[config]
             for nodes, actor_node in ((1, "node1"), (2, "node2")):
-                overrides = ["launcher=ray", f"ray.address={address}", f"actors.placement.resources={{{actor_node}: 0.01}}",
+                overrides = ["launcher=ray", f"ray.address={cluster.address}", f"actors.placement.resources={{{actor_node}: 0.01}}",
                              "trainers.placement.resources={node1: 0.01}"]
                 for learning in (False, True):
                     rows.append(_row(f"{config} {'training' if learning else 'sampling'}, {nodes} Ray node(s)", costs, exp,
                                      Host(cores=2, nodes=nodes, learning=learning),
                                      _rate(overrides, config, args.seconds, learning, startup_s=15.0,
-                                           others=cluster_processes)))
+                                           others=cluster.processes)))
     _report(rows, args.json)
 
 

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,15 @@ def kill_run(process: subprocess.Popen, run_dir: Path) -> None:
     from srl.streams import shm
 
     shm.sweep(f"{shm.PREFIX}{run_id}_")
+
+
+def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
+    """What `predicate()` returns once it is truthy, polled while the run `process` lives."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"run ended while waiting for {what}: {process.stderr.read()[-2000:]}")
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,85 +1,32 @@
 """The Ray launcher on a real two-node cluster, on loopback only (127.0.0.2 and 127.0.0.3).
 
-Deselect with `-m "not ray"`. The cluster gets its own temp dir; teardown stops exactly
-the processes that carry that dir on their command line, by PID (never `ray stop`, which
-would kill every Ray process on the machine).
+Deselect with `-m "not ray"`. The cluster (`srl.launch.loopback_ray`) gets its own temp dir;
+teardown stops exactly the processes that carry that dir, by PID (never `ray stop`, which
+would kill every Ray process on the machine), and fails if any outlive it.
 """
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 
-import psutil
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 ray = pytest.importorskip("ray", reason="the ray tests need `pip install ray`")
 
-HEAD, SECOND = "127.0.0.2", "127.0.0.3"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _ray_cli() -> str:
-    return os.path.join(os.path.dirname(sys.executable), "ray")
-
-
-def _cluster_processes(temp_dir: str) -> list[psutil.Process]:
-    """Every process of the test's cluster: those naming its temp dir on their command line or
-    holding a file in it (Ray's agents retitle themselves, e.g. `ray::DashboardAgent`), and
-    all their descendants."""
-    found: dict[int, psutil.Process] = {}
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if (any(temp_dir in part for part in process.info["cmdline"] or [])
-                    or any(f.path.startswith(temp_dir) for f in process.open_files())):
-                found[process.pid] = process
-                found.update((child.pid, child) for child in process.children(recursive=True))
-        except psutil.Error:
-            pass
-    return list(found.values())
+from srl.launch.loopback_ray import HEAD, SECOND, loopback_ray_cluster  # noqa: E402  (after the skip)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    temp_dir = tempfile.mkdtemp(prefix="srl-ray-")
-    port = _free_port(HEAD)
-    common = ["--num-cpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats", "--include-dashboard=false"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    try:
-        subprocess.run([_ray_cli(), "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
-                        '--resources={"node1": 1}', *common], check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([_ray_cli(), "start", f"--address={HEAD}:{port}", f"--node-ip-address={SECOND}",
-                        '--resources={"node2": 1}', "--object-store-memory=300000000", *common[:1], "--disable-usage-stats"],
-                       check=True, capture_output=True, env=env, timeout=120)
-        yield f"{HEAD}:{port}", temp_dir
-    finally:
-        processes = _cluster_processes(temp_dir)
-        for process in processes:
-            try:
-                process.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(processes, timeout=10)
-        for process in alive:
-            process.kill()
-        psutil.wait_procs(alive, timeout=5)
-        leftover = [p.pid for p in _cluster_processes(temp_dir) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        assert not leftover, f"Ray processes of the test left behind: {leftover}"
+    with loopback_ray_cluster() as running:
+        yield running
 
 
 def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, tmp_path):
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                      "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
@@ -105,7 +52,7 @@ def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, 
 
 def test_inline_actors_on_the_second_node_read_parameters_through_one_relay(cluster, run_srl, tmp_path):
     """Parameters cross the network once per node: a relay beside the actors re-publishes them in shm."""
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                      "actors.inference=inline", "actors.placement.resources={node2: 0.01}",
@@ -127,7 +74,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
 
     from conftest import kill_run, srl_command
 
-    address, temp_dir = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
@@ -155,7 +102,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
                           and w["stats"].get("env_steps") and w, 60, "actor.0 stepping")
         assert victim["host"] == SECOND
         # Only a process of this test's cluster: the PID is checked against it before the kill.
-        assert victim["pid"] in {p.pid for p in _cluster_processes(temp_dir)}
+        assert victim["pid"] in {p.pid for p in cluster.processes()}
         os.kill(victim["pid"], signal.SIGKILL)
         replaced = wait_for(lambda: (w := workers()) and w["actor.0"]["restarts"] == 1
                             and w["actor.0"]["state"] == "running" and w["actor.0"]["pid"] != victim["pid"] and w,
@@ -179,7 +126,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
 def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl, tmp_path):
     """Population-based training on the cluster: each member's actors on the second node, its
     trainer on the head; the manager's commands reach the trainers through the controller."""
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     result = run_srl("train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                      "population.size=2", "population.hyperparameters.lr.values=[0.00001, 0.003]",
@@ -207,7 +154,7 @@ def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl
 def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
     """The policy pool lives in the run directory: the league on the head node writes the frozen
     versions, the actors on the second node read their opponents from it."""
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     result = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                      "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
@@ -232,7 +179,7 @@ def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(clust
     policy worker serving both policies on the second node, which gets each policy's
     parameters through a relay of its own."""
     pytest.importorskip("mpe2", reason="needs the pettingzoo extra (mpe2): pip install -e '.[pettingzoo]'")
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     trainers = [f"policies.{p}.trainers.placement.resources={{node1: 0.01}}" for p in ("speaker", "listener")]
     result = run_srl("train", "speaker-listener-mappo", "--run-dir", str(run_dir), "launcher=ray",
@@ -261,7 +208,7 @@ def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(clust
 def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_checkpoint(cluster, run_srl, tmp_path):
     """The evaluation worker beside the actors on the second node reads the trainer's versions
     through the node's relay, and its scores reach the driver's metrics."""
-    address, _ = cluster
+    address = cluster.address
     run_dir = tmp_path / "run"
     result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                      "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import kill_run, srl_command
+from conftest import kill_run, srl_command, wait_for
 from srl.api.config import SupervisionConfig
 from srl.api.graph import Supervision
 from srl.launch import controller as controller_module
@@ -123,17 +123,6 @@ def _status(run_dir: Path) -> dict:
         return {}
 
 
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"run ended while waiting for {what}: {process.stderr.read()[-2000:]}")
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.integration
 def test_32_actor_processes_on_two_cores_run_restart_a_killed_actor_and_stop_cleanly(tmp_path):
     run_dir = tmp_path / "run"
@@ -151,14 +140,14 @@ def test_32_actor_processes_on_two_cores_run_restart_a_killed_actor_and_stop_cle
             return rows if len(rows) == ACTORS and all(
                 w["state"] == "running" and w["stats"].get("env_steps", 0) > 0 for w in rows) else None
 
-        victim = _wait_for(all_stepping, 60, f"{ACTORS} actors stepping", process)[ACTORS // 2]
+        victim = wait_for(all_stepping, 60, f"{ACTORS} actors stepping", process)[ACTORS // 2]
         os.kill(victim["pid"], signal.SIGKILL)
 
         def replaced():
             w = next(w for w in actors(_status(run_dir)) if w["name"] == victim["name"])
             return w if w["restarts"] == 1 and w["pid"] != victim["pid"] and w["state"] == "running" else None
 
-        _wait_for(replaced, 30, "the killed actor replaced", process)
+        wait_for(replaced, 30, "the killed actor replaced", process)
         pids = [w["pid"] for w in _status(run_dir)["workers"]]
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the run stops cleanly
         process.wait(timeout=60)

@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import kill_run, srl_command
+from conftest import kill_run, srl_command, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +31,6 @@ def _watcher(run_dir: Path) -> dict | None:
     return next((w for w in _status(run_dir).get("workers", []) if w["name"] == "watcher.0"), None)
 
 
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"run ended while waiting for {what}: {process.stderr.read()[-2000:]}")
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
@@ -55,7 +43,7 @@ def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path)
             w = _watcher(run_dir)
             return w if w and w["state"] == "running" and w["stats"].get("versions_seen", 0) >= 2 else None
 
-        victim = _wait_for(watching, 90, "the watcher to see two versions", process)
+        victim = wait_for(watching, 90, "the watcher to see two versions", process)
         assert victim["kind"] == KIND and victim["group"] == "watcher"
         assert victim["stats"]["weight_norm"] > 0
         os.kill(victim["pid"], signal.SIGKILL)
@@ -65,7 +53,7 @@ def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path)
             return w if (w and w["restarts"] == 1 and w["pid"] != victim["pid"] and w["state"] == "running"
                          and w["stats"].get("versions_seen", 0) >= 1) else None
 
-        _wait_for(replaced, 60, "the watcher replaced", process)
+        wait_for(replaced, 60, "the watcher replaced", process)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the run stops cleanly, as after any stop rule
         process.wait(timeout=60)
         assert process.returncode == 0, process.stderr.read()[-2000:]

@@ -70,9 +70,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
     """A node fault as a worker sees it: its process on the second node dies without a word.
     Ray reports the actor dead, the controller places a new one on that node, and the run
     goes on training with the replacement's samples."""
-    import time
-
-    from conftest import kill_run, srl_command
+    from conftest import kill_run, srl_command, wait_for
 
     address = cluster.address
     run_dir = tmp_path / "run"
@@ -80,7 +78,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
                     "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
                     "policy_workers.placement.resources={node1: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                    "stop.episode_return=null", "stop.time_s=20", "log.tensorboard=false", "log.progress=false"),
+                    "stop.episode_return=null", "stop.time_s=180", "log.tensorboard=false", "log.progress=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def workers() -> dict[str, dict]:
@@ -89,33 +87,28 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         except (OSError, ValueError):
             return {}
 
-    def wait_for(predicate, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and process.poll() is None:
-            if value := predicate():
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"{what}: not within {timeout} s (run ended: {process.poll() is not None})")
-
     try:
         victim = wait_for(lambda: (w := workers().get("actor.0")) and w["state"] == "running"
-                          and w["stats"].get("env_steps") and w, 60, "actor.0 stepping")
+                          and w["stats"].get("env_steps") and w, 90, "actor.0 stepping", process)
         assert victim["host"] == SECOND
         # Only a process of this test's cluster: the PID is checked against it before the kill.
         assert victim["pid"] in {p.pid for p in cluster.processes()}
         os.kill(victim["pid"], signal.SIGKILL)
         replaced = wait_for(lambda: (w := workers()) and w["actor.0"]["restarts"] == 1
                             and w["actor.0"]["state"] == "running" and w["actor.0"]["pid"] != victim["pid"] and w,
-                            30, "actor.0 replaced")
+                            30, "actor.0 replaced", process)
         assert replaced["actor.0"]["host"] == SECOND and replaced["actor.0"]["restart_latency_s"] is not None
         version = replaced["trainer.0"]["policy_version"] or 0
+        # The replacement samples and training goes on; then Ctrl-C (not a time limit, which a
+        # slow start on a busy machine could use up before the kill).
+        wait_for(lambda: (w := workers()) and w["actor.0"]["stats"].get("env_steps")
+                 and (w["trainer.0"]["policy_version"] or 0) > version + 2 and w, 60, "training on after the restart", process)
+        os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr[-3000:]
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("time_s"), summary
+        assert summary["stop_reason"] == "interrupted", summary
         final = workers()
-        assert final["actor.0"]["stats"]["env_steps"] > 0  # the replacement sampled ...
-        assert final["trainer.0"]["policy_version"] > version + 2, (version, final["trainer.0"])  # ... and training went on
         assert final["actor.0"]["restarts"] == 1 and sum(w["restarts"] for w in final.values()) == 1
         run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
         assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]

@@ -161,13 +161,16 @@ class InferenceServer:
         self.link.close()
 
 
-def wait_for_requests(servers: Sequence[InferenceServer], timeout_ms: int) -> bool:
-    """Wait up to `timeout_ms` until any of `servers` has a message waiting (True) or none has.
+class RequestPoller:
+    """Waits on several inference servers at once: a policy worker serving several policies has a
+    server each, so a request to one never waits out a timeout on another. Built once, since the
+    wait is on the policy worker's every poll."""
 
-    A policy worker serving several policies has a server each and waits on all of them at
-    once, so a request to one never waits out a timeout on another.
-    """
-    poller = zmq.Poller()
-    for server in servers:
-        poller.register(server.link.socket, zmq.POLLIN)
-    return bool(poller.poll(timeout_ms))
+    def __init__(self, servers: Sequence[InferenceServer]) -> None:
+        self._poller = zmq.Poller()
+        for server in servers:
+            self._poller.register(server.link.socket, zmq.POLLIN)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Whether any server has a message waiting within `timeout_ms`."""
+        return bool(self._poller.poll(timeout_ms))

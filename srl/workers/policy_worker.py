@@ -23,7 +23,7 @@ from srl.api.graph import Port
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import concat
-from srl.streams.inference import InferenceServer, serve, wait_for_requests
+from srl.streams.inference import InferenceServer, RequestPoller, serve
 from srl.streams.link import Received
 from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber, open_subscriber
@@ -74,6 +74,7 @@ class PolicyWorker(Worker):
             self.served[port.lstrip("/")] = ServedPolicy(policy, subscriber,
                                                          InferenceServer(self.ctx, inf.key, inf.transport))
         env.close()
+        self.requests = RequestPoller([served.server for served in self.served.values()])
         self.max_wait_s = s["max_wait_ms"] / 1000
         self.samples = 0
         self.batches = 0
@@ -84,7 +85,7 @@ class PolicyWorker(Worker):
     def poll(self) -> None:
         for served in self.served.values():
             served.take_new_parameters()
-        if not wait_for_requests([served.server for served in self.served.values()], 100):
+        if not self.requests.wait(100):
             self.waiting_on = "inference"
             return
         received = time.monotonic()

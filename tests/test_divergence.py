@@ -20,7 +20,7 @@ def _train(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess
     result = subprocess.run(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "algorithm.type=diverging:DivergingPPO",
                     "algorithm.args.diverge_at=30", "checkpoint.every_s=0.2", "stop.episode_return=null",
-                    "stop.env_steps=null", "stop.time_s=12", "log.tensorboard=false", "log.progress=false",
+                    "stop.env_steps=200000", "log.tensorboard=false", "log.progress=false",
                     *overrides),
         cwd=tmp_path, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(USER_CODE), os.environ.get("PYTHONPATH", "")])})
@@ -50,7 +50,7 @@ def test_a_diverged_trainer_rolls_back_to_its_last_checkpoint_and_goes_on(tmp_pa
     result, run_dir = _train(tmp_path, "trainers.on_diverge=rollback")
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stop_reason"].startswith("time_s"), summary
+    assert summary["stop_reason"].startswith("env_steps"), summary  # neither stopped nor hung
     status = json.loads((run_dir / "status.json").read_text())
     trainer = next(w for w in status["workers"] if w["name"] == "trainer.0")
     assert trainer["stats"]["rollbacks"] == 1 and trainer["restarts"] == 0, trainer

@@ -57,7 +57,7 @@ CHECK_EVERY_S = 0.1
 
 class Controller:
     def __init__(self, config: ExperimentConfig, run_dir: str | Path, resume: bool = False,
-                 launcher: Launcher | None = None) -> None:
+                 launcher: Launcher | None = None, stop_rules: StopRules | None = None) -> None:
         self.config = config
         self.graph = resolve(config)
         self.lock = RunLock(run_dir)  # first: a live run's directory is not touched
@@ -77,7 +77,9 @@ class Controller:
                               self.private_dir, caps=config.streams.max_message_mb.in_bytes())
         self.context = self.launcher.worker_context(context)
         self.metrics = RunMetrics()
-        self.stop_rules = StopRules(config.stop)
+        #: When the run stops: the config's `stop:` unless the caller has a rule of its own
+        #: (`srl bench` measures a window that opens when the env steps flow).
+        self.stop_rules = stop_rules or StopRules(config.stop)
         #: A population's members (None: one experiment).
         self.population = (Population(config, self.graph, self.run_dir.path, resume)
                            if config.population else None)

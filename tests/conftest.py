@@ -51,3 +51,39 @@ def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def metrics_lines(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl so far (empty before the first report)."""
+    try:
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    except (OSError, ValueError):
+        return []
+
+
+def train_until(run_dir: Path, predicate, what: str, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`srl train --run-dir RUN_DIR ARGS...` until `predicate(run_dir)` holds, then Ctrl-C.
+
+    A test waits for what it checks rather than for a time limit, which a slow start on a busy
+    machine could use up (and a fast machine would sit out). The run must then end by itself,
+    cleanly; what it printed is returned.
+    """
+    out, err = run_dir.parent / f"{run_dir.name}.out", run_dir.parent / f"{run_dir.name}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:  # files: a full pipe would stall the run
+        process = subprocess.Popen(srl_command("train", "--run-dir", str(run_dir), *args, "stop.time_s=600"),
+                                   cwd=cwd, start_new_session=True, stdout=stdout, stderr=stderr,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + timeout
+        while not predicate(run_dir):
+            assert process.poll() is None, f"run ended while waiting for {what}: {err.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {err.read_text()[-3000:]}"
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
+        assert process.returncode == 0, err.read_text()[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"] == "interrupted", summary
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
+    finally:
+        kill_run(process, run_dir)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import math
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import metrics_lines, train_until
 
 from srl.api.config import ConfigError, validate
 from srl.api.graph import resolve
@@ -152,16 +155,18 @@ def test_eval_metrics_land_once_in_the_next_line_and_can_stop_the_run():
 
 
 # ---------------------------------------------------------------------------- a real run
+def _evaluations(run_dir: Path) -> list[dict]:
+    return [line for line in metrics_lines(run_dir) if "eval_return_mean" in line]
+
+
 @pytest.mark.integration
 def test_cartpole_run_reports_evaluations_on_schedule_and_keeps_a_best_checkpoint(run_srl, tmp_path):
     run_dir = tmp_path / "run"
     every_s = 2.0
-    trained = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "evaluation.count=1",
-                      f"evaluation.every_s={every_s}", "evaluation.episodes=4", "evaluation.envs=4",
-                      "stop.time_s=12", "stop.episode_return=null", "log.progress=false")
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    evals = [line for line in lines if "eval_return_mean" in line]
+    train_until(run_dir, lambda run: len(_evaluations(run)) >= 3, "three evaluations", "cartpole-ppo",
+                "evaluation.count=1", f"evaluation.every_s={every_s}", "evaluation.episodes=4", "evaluation.envs=4",
+                "stop.episode_return=null", "log.progress=false", cwd=tmp_path)
+    evals = _evaluations(run_dir)
     assert len(evals) >= 3, evals
     versions = [line["eval_version"] for line in evals]
     assert versions == sorted(set(versions))  # each version once, newer each time

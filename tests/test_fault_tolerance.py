@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import kill_run, srl_command
+from conftest import kill_run, metrics_lines, srl_command, train_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +38,8 @@ def _best_return(run_dir: Path) -> float:
     """The best mean return the run reached. A fixed-length CartPole run can pass 475 and then
     lose some of it again (PPO at a constant learning rate, long after solving): what shows
     that the run kept learning through the faults is the best it reached, not where it ended."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return max((r["episode_return_mean"] for r in records if r["episode_return_mean"] is not None), default=0.0)
+    return max((r["episode_return_mean"] for r in metrics_lines(run_dir) if r["episode_return_mean"] is not None),
+               default=0.0)
 
 
 def _worker(run_dir: Path, name: str) -> dict | None:
@@ -51,11 +51,12 @@ def _worker(run_dir: Path, name: str) -> dict | None:
 
 def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
     run_dir = tmp_path / "run"
-    # A fixed length, not a return to reach: CartPole can now reach 450 in under ten seconds,
-    # while the kills may still be under way.
+    # Stopped by Ctrl-C once the kills are done and it learned on, not by a return to reach
+    # (CartPole can reach 450 while the kills are still under way) nor by a time limit (a busy
+    # machine can use one up before they are).
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=28", "checkpoint.every_s=2", "log.tensorboard=false"),
+                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=300", "checkpoint.every_s=2", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for name in ("actor.0", "policy.0", "trainer.0"):
@@ -70,10 +71,11 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
             replaced = lambda: ((w := _worker(run_dir, name)) and w["restarts"] >= 1  # noqa: E731
                                 and w["state"] == "running" and w["pid"] != victim["pid"] and w)
             _wait_for(replaced, 60, f"{name} replaced", process)
-        process.wait(timeout=200)
+        _wait_for(lambda: _best_return(run_dir) >= 200, 120, "a return of 200", process)  # learning went on (random: 22)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("time_s"), summary
-        assert _best_return(run_dir) >= 200, summary  # it went on learning (random: 22)
+        assert summary["stop_reason"] == "interrupted", summary
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
         for name in ("actor.0", "policy.0", "trainer.0"):
             assert workers[name]["restarts"] == 1 and workers[name]["restart_latency_s"] is not None
@@ -163,13 +165,14 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
     import zmq
 
     run_dir = tmp_path / "run"
-    # A fixed length, not a return to reach: CartPole can reach any return before the traffic
-    # is all sent, and a run that ended leaves the forged messages no peer to go to. Small caps
+    # Stopped by Ctrl-C once it learned on after the attack, not by a return to reach: CartPole
+    # can reach any return before the traffic is all sent, and a run that ended leaves the
+    # forged messages no peer to go to. Small caps
     # (a CartPole trajectory is ~100 KB) keep the oversized messages cheap to send.
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
                     "streams.transport=zmq", "streams.max_message_mb.inference=1", "streams.max_message_mb.samples=4",
-                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=30", "log.tensorboard=false"),
+                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=300", "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     context = zmq.Context()
     try:
@@ -214,13 +217,16 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
                 for message in messages:
                     dealer.send_multipart(message)
                 dealer.close(linger=5000)  # after what it queued is delivered (a loaded host connects slowly)
-        after_attack = _status(run_dir)
-        process.wait(timeout=200)
+        version = max(w["policy_version"] or 0 for w in _status(run_dir)["workers"])
+        # It learns to cartpole-ppo's threshold (random: 22) and goes on training after the attack.
+        _wait_for(lambda: _best_return(run_dir) >= 475
+                  and max(w["policy_version"] or 0 for w in _status(run_dir).get("workers", [])) > version + 10,
+                  150, "a return of 475 and ten versions after the attack", process)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["stop_reason"].startswith("time_s"), summary
-        assert _best_return(run_dir) >= 475, summary  # it learned to cartpole-ppo's threshold (random: 22) ...
-        version = max(w["policy_version"] or 0 for w in after_attack["workers"])
-        assert summary["policy_version"] > version + 10, summary  # ... and went on training after the attack
+        assert summary["stop_reason"] == "interrupted", summary
+        assert summary["policy_version"] > version + 10, summary
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
         for name in ("policy.0", "trainer.0"):
             rejected = workers[name]["rejected"]
@@ -234,14 +240,15 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
         kill_run(process, run_dir)
 
 
-def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(run_srl, tmp_path):
+def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(tmp_path):
+    def trainer(run_dir: Path) -> dict:
+        return next((w for w in _status(run_dir).get("workers", []) if w["kind"] == "trainer"), {})
+
     run_dir = tmp_path / "run"
-    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "algorithm.type=noop",
-                     "algorithm.args={step_sleep_s: 3}", "supervision.heartbeat_timeout_s=1.5", "stop.time_s=10",
-                     "stop.episode_return=null", "log.tensorboard=false")
-    assert result.returncode == 0, result.stderr[-3000:]
-    trainer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "trainer")
-    assert trainer["restarts"] == 0 and trainer["trained_steps"] >= 2 * 2048  # two steps of 3 s
+    train_until(run_dir, lambda run: (trainer(run).get("trained_steps") or 0) >= 2 * 2048, "two steps of 3 s",
+                "cartpole-ppo", "algorithm.type=noop", "algorithm.args={step_sleep_s: 3}",
+                "supervision.heartbeat_timeout_s=1.5", "stop.episode_return=null", "log.tensorboard=false", cwd=tmp_path)
+    assert trainer(run_dir)["restarts"] == 0
 
 
 def test_a_worker_that_cannot_start_stops_the_run_at_once(run_srl, tmp_path):

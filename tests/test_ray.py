@@ -147,24 +147,31 @@ def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl
 def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
     """The policy pool lives in the run directory: the league on the head node writes the frozen
     versions, the actors on the second node read their opponents from it."""
-    address = cluster.address
-    run_dir = tmp_path / "run"
-    result = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
-                     "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                     "workers.league.placement.resources={node1: 0.01}", "actors.envs_per_slot=16",
-                     "trainers.batch_steps=1024", "self_play.every_s=3", "self_play.snapshot_every_versions=3",
-                     "self_play.episodes=8", "self_play.envs=8", "self_play.opponents_per_round=2",
-                     "stop.time_s=15", "stop.env_steps=null", "log.tensorboard=false", timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-    assert workers["league.0"]["host"] == HEAD and workers["actor.0"]["host"] == SECOND
-    # The head node froze versions; the actors on the second node drew their opponents among them.
+    from conftest import metrics_lines, train_until
     from srl.league.pool import Pool, pool_path
 
-    assert len(Pool(pool_path(run_dir)).entries()) >= 2
-    assert all(w["stats"].get("opponent_draws", 0) > 1 for n, w in workers.items() if n.startswith("actor."))
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any("selfplay_rating" in line for line in lines)
+    def workers(run) -> dict[str, dict]:
+        try:
+            return {w["name"]: w for w in json.loads((run / "status.json").read_text())["workers"]}
+        except (OSError, ValueError):
+            return {}
+
+    def rated_and_drawn(run) -> bool:  # what the run must show before it is stopped
+        actors = [w for n, w in workers(run).items() if n.startswith("actor.")]
+        return (any("selfplay_rating" in line for line in metrics_lines(run))
+                and bool(actors) and all(w["stats"].get("opponent_draws", 0) > 1 for w in actors)
+                and pool_path(run).exists() and len(Pool(pool_path(run)).entries()) >= 2)
+
+    run_dir = tmp_path / "run"
+    train_until(run_dir, rated_and_drawn, "a rating round, two versions and opponents drawn", "duel-selfplay",
+                "launcher=ray", f"ray.address={cluster.address}", "actors.placement.resources={node2: 0.01}",
+                "trainers.placement.resources={node1: 0.01}", "workers.league.placement.resources={node1: 0.01}",
+                "actors.envs_per_slot=16", "trainers.batch_steps=1024", "self_play.every_s=3",
+                "self_play.snapshot_every_versions=3", "self_play.episodes=8", "self_play.envs=8",
+                "self_play.opponents_per_round=2", "stop.env_steps=null", "log.tensorboard=false", cwd=tmp_path)
+    # The head node froze versions; the actors on the second node drew their opponents among them.
+    final = workers(run_dir)
+    assert final["league.0"]["host"] == HEAD and final["actor.0"]["host"] == SECOND
 
 
 def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(cluster, run_srl, tmp_path):
@@ -201,37 +208,21 @@ def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(clust
 def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_checkpoint(cluster, tmp_path):
     """The evaluation worker beside the actors on the second node reads the trainer's versions
     through the node's relay, and its scores reach the driver's metrics."""
-    from conftest import kill_run, srl_command, wait_for
+    from conftest import metrics_lines, train_until
+
+    def evaluated(run) -> list[dict]:
+        return [line for line in metrics_lines(run) if "eval_return_mean" in line]
 
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={cluster.address}",
-                    "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                    "evaluation.count=1", "evaluation.placement.resources={node2: 0.01}", "evaluation.every_s=1",
-                    "evaluation.episodes=4", "evaluation.envs=4",
-                    "stop.episode_return=null", "stop.time_s=180", "log.tensorboard=false", "log.progress=false"),
-        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-    def evaluated() -> list[dict]:
-        try:
-            lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        except (OSError, ValueError):
-            return []
-        return [line for line in lines if "eval_return_mean" in line]
-
-    try:
-        # Two evaluations of different versions, then Ctrl-C (a time limit could be used up by
-        # a slow start on a busy machine).
-        wait_for(lambda: (e := evaluated()) and e[-1]["eval_version"] > e[0]["eval_version"], 120,
-                 "two evaluations of different versions", process)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
-        assert process.returncode == 0, stderr[-3000:]
-        workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-        assert workers["eval.0"]["host"] == SECOND and workers["trainer.0"]["host"] == HEAD
-        assert workers["eval.0"]["streams"]["parameters"] == "shm"
-        assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]  # actors and eval read one copy
-        assert all(line["eval_episodes"] == 4 for line in evaluated())
-        assert (run_dir / "checkpoints" / "best.pt").exists()
-    finally:
-        kill_run(process, run_dir)
+    train_until(run_dir, lambda run: (e := evaluated(run)) and e[-1]["eval_version"] > e[0]["eval_version"],
+                "two evaluations of different versions", "cartpole-ppo", "launcher=ray",
+                f"ray.address={cluster.address}", "actors.placement.resources={node2: 0.01}",
+                "trainers.placement.resources={node1: 0.01}", "evaluation.count=1",
+                "evaluation.placement.resources={node2: 0.01}", "evaluation.every_s=1", "evaluation.episodes=4",
+                "evaluation.envs=4", "stop.episode_return=null", "log.tensorboard=false", cwd=tmp_path)
+    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert workers["eval.0"]["host"] == SECOND and workers["trainer.0"]["host"] == HEAD
+    assert workers["eval.0"]["streams"]["parameters"] == "shm"
+    assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]  # actors and eval read one copy
+    assert all(line["eval_episodes"] == 4 for line in evaluated(run_dir))
+    assert (run_dir / "checkpoints" / "best.pt").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import metrics_lines, train_until
 
 from srl.api.config import ConfigError, validate
 from srl.api.env import AgentStep
@@ -394,26 +395,38 @@ def test_bad_self_play_config_is_one_line_naming_the_field(bad, message):
 
 
 # ---------------------------------------------------------------------------- a real run
+def _actors(run_dir: Path) -> list[dict]:
+    try:
+        workers = json.loads((run_dir / "status.json").read_text())["workers"]
+    except (OSError, ValueError):
+        return []
+    return [w for w in workers if w["group"] == "actor"]
+
+
 @pytest.mark.integration
 def test_self_play_run_fills_the_pool_and_reports_ratings(run_srl, tmp_path):
     run_dir = tmp_path / "run"
-    trained = run_srl("train", "duel-selfplay", "--run-dir", str(run_dir), "stop.time_s=12", "stop.env_steps=null",
-                      "self_play.every_s=3", "self_play.snapshot_every_versions=3", "self_play.episodes=8",
-                      "self_play.envs=8", "self_play.opponents_per_round=2", "actors.envs_per_slot=16",
-                      "trainers.batch_steps=1024", "log.progress=false", "log.tensorboard=false", timeout=120)
-    assert trained.returncode == 0, trained.stderr[-3000:]
+
+    def rated_twice_and_drawn(run: Path) -> bool:  # what the run must show before it is stopped
+        return (len([line for line in metrics_lines(run) if "selfplay_rating" in line]) >= 2
+                and bool(actors := _actors(run)) and all(w["stats"].get("opponent_draws", 0) > 0 for w in actors)
+                and pool_path(run).exists() and len(Pool(pool_path(run)).entries()) >= 2)
+
+    train_until(run_dir, rated_twice_and_drawn, "two rating rounds, two versions and opponents drawn", "duel-selfplay",
+                "stop.env_steps=null", "self_play.every_s=3", "self_play.snapshot_every_versions=3",
+                "self_play.episodes=8", "self_play.envs=8", "self_play.opponents_per_round=2",
+                "actors.envs_per_slot=16", "trainers.batch_steps=1024", "log.progress=false",
+                "log.tensorboard=false", cwd=tmp_path)
     pool = Pool(pool_path(run_dir))
     entries = pool.entries()
     assert len(entries) >= 2 and entries[0].version == 0 and INITIAL in entries[0].tags
     assert all(checkpoint.is_valid(e.path) and "rating" in e.metadata for e in entries)
     assert sum(e.games for e in entries) > 0
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    rated = [line for line in lines if "selfplay_rating" in line]
-    assert len(rated) >= 2, lines[-1]
+    rated = [line for line in metrics_lines(run_dir) if "selfplay_rating" in line]
+    assert len(rated) >= 2, rated
     assert {"selfplay_rating_mu", "selfplay_rating_sigma", "eval_win_rate"} <= rated[-1].keys()
-    status = json.loads((run_dir / "status.json").read_text())
-    actors = [w for w in status["workers"] if w["group"] == "actor"]
-    assert all(w["stats"].get("opponent_draws", 0) > 0 for w in actors), actors
+    actors = _actors(run_dir)
+    assert actors and all(w["stats"].get("opponent_draws", 0) > 0 for w in actors), actors
     # The pool's versions play as they are: a cross-play of the newest checkpoint against one of them.
     played = run_srl("evaluate", str(run_dir), "--agents", "player_0=latest", f"player_1={entries[0].path}",
                      "--episodes", "4", "--envs", "2", "--json", str(tmp_path / "cross.json"))

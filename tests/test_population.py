@@ -192,7 +192,7 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
         "train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "population.size=2",
         "population.hyperparameters.lr.values=[0.00001, 0.003]", "population.interval_versions=2",
         "population.min_episodes=5", "population.margin=0", "actors.count=1", "actors.envs_per_slot=16",
-        "trainers.batch_steps=256", "stop.env_steps=30000", "stop.time_s=40", "log.tensorboard=false", timeout=90)
+        "trainers.batch_steps=256", "stop.env_steps=30000", "stop.time_s=150", "log.tensorboard=false", timeout=200)
     assert result.returncode == 0, result.stderr[-3000:]
     lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
     starts = {r["member"]: r["hyperparameters"]["lr"] for r in lineage if r["event"] == "start"}

@@ -55,6 +55,52 @@ def test_nstep_returns_stop_at_episode_and_segment_ends() -> None:
     assert clean[2][0, 0] == 3
 
 
+def nstep_by_rows(reward, terminated, truncated, n, gamma):
+    """The n-step targets of one segment [T], row by row: the definition `nstep_targets` vectorises."""
+    T = len(reward)
+    ret, discount, boot = np.zeros(T), np.ones(T), np.arange(T)
+    for t in range(T):
+        for k in range(min(n, T - t)):
+            ret[t] += gamma ** k * reward[t + k]
+            discount[t] = gamma ** (k + 1)
+            boot[t] = t + k + 1 - truncated[t + k]
+            if terminated[t + k]:
+                discount[t] = 0.0
+            if terminated[t + k] or truncated[t + k]:
+                break
+    return ret, discount, boot
+
+
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_nstep_targets_match_the_row_by_row_definition(n: int) -> None:
+    rng = np.random.default_rng(n)
+    S, T, G = 8, 16, 2
+    reward = rng.standard_normal((S, T, G)).astype(np.float32)
+    terminated, truncated = rng.random((S, T, G)) < 0.1, rng.random((S, T, G)) < 0.05
+    ret, discount, boot = nstep_targets(reward, terminated, truncated, n=n, gamma=0.9)
+    for s in range(S):
+        for g in range(G):
+            want = nstep_by_rows(reward[s, :, g], terminated[s, :, g], truncated[s, :, g], n, 0.9)
+            np.testing.assert_allclose(ret[s, :, g], want[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(discount[s, :, g], want[1], rtol=1e-6)
+            np.testing.assert_array_equal(boot[s, :, g], want[2])
+
+
+def test_sum_tree_repairs_runs_and_scattered_leaves_alike() -> None:
+    rng = np.random.default_rng(0)
+    tree = SumTree(1000)
+    for _ in range(50):
+        if rng.random() < 0.5:  # a run of leaves, as a buffer stores segments
+            lo = int(rng.integers(0, 1000))
+            index = np.arange(lo, int(rng.integers(lo + 1, 1001)))
+        else:
+            index = rng.integers(0, 1000, int(rng.integers(1, 20)))
+        tree.set(index, rng.random(len(index)))
+        inner = np.arange(1, tree.size)
+        np.testing.assert_allclose(tree.tree[inner], tree.tree[2 * inner] + tree.tree[2 * inner + 1])
+    assert tree.total == pytest.approx(tree.get(np.arange(1000)).sum())
+
+
 def test_sum_tree_samples_in_proportion_and_repairs_sums() -> None:
     tree = SumTree(5)
     tree.set(np.arange(5), np.array([1.0, 0.0, 3.0, 0.0, 6.0]))

@@ -12,6 +12,7 @@ stored state with restarts at episode starts, exactly as the actor-critic does.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -95,6 +96,11 @@ class QActingModule(nn.Module):
         return action if memory is None else (action, *memory)
 
 
+def _log32(p: float) -> np.float32:
+    """log(p) as float32 (-inf at 0, as torch.log gives)."""
+    return np.float32(math.log(p) if p > 0 else -math.inf)
+
+
 class QNetworkPolicy(ValuePolicy, NetPolicy):
     Config = QNetworkConfig
 
@@ -139,20 +145,36 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
     @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
-        value, greedy = q.max(-1)
-        greedy = greedy.cpu().numpy()
+        # The rest in NumPy: on acting batches (a few to a few hundred rows) each torch call
+        # costs more than its arithmetic, and acting interleaves with env steps that evict
+        # torch's code from the caches, so every call saved counts twice (docs/benchmarks.md).
+        q = q.cpu().numpy()
+        greedy = q.argmax(-1)
+        value = q.max(-1)
         if deterministic:
             action, logprob = greedy, np.zeros(len(greedy), np.float32)
         else:
-            epsilon, rows = self.epsilon, len(greedy)
-            explore = self.rng.random(rows) < epsilon
-            action = np.where(explore, self.rng.integers(0, self.actions, rows), greedy)
-            logprob = self._logprob(torch.from_numpy(action), torch.from_numpy(greedy), epsilon).numpy()
-            self.acted_rows += rows
-        out = NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob, keys.VALUE: value.cpu().numpy()})
+            action, logprob = self._explore(greedy)
+        out = NamedArray({keys.ACTION: action.astype(np.int64, copy=False), keys.LOGPROB: logprob, keys.VALUE: value})
         if memory is not None:
             out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
         return out
+
+    def _explore(self, greedy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Epsilon-greedy actions around `greedy` and their log-probabilities (float32, as `_logprob`'s)."""
+        epsilon, rows = self.epsilon, len(greedy)
+        self.acted_rows += rows
+        # One uniform draw per row decides both: below epsilon the row explores, and u / epsilon,
+        # uniform on [0, 1) there, picks its action (one NumPy call fewer than a second draw).
+        u = self.rng.random(rows)
+        explore = u < epsilon
+        # (min: u / epsilon may round up to 1.)
+        pick = np.minimum(u * (self.actions / max(epsilon, 1e-12)), self.actions - 1).astype(np.int64)
+        action = np.where(explore, pick, greedy)
+        # Two probabilities only: the greedy action's and any other's.
+        other = epsilon / self.actions
+        logprob = np.where(action == greedy, _log32(other + 1.0 - epsilon), _log32(other))
+        return action, logprob
 
     def q_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
         return self.unroll(batch)[0]

@@ -63,18 +63,19 @@ def nstep_targets(reward: np.ndarray, terminated: np.ndarray, truncated: np.ndar
     ended = np.zeros(reward.shape, bool)
     terminal = np.zeros(reward.shape, bool)
     boot = np.broadcast_to(rows, reward.shape).copy()
-    for k in range(n):
-        index = np.minimum(rows + k, T - 1)
-        live = (rows + k < T) & ~ended
-        r = np.take_along_axis(reward, np.broadcast_to(index, reward.shape), 1)
-        term = np.take_along_axis(terminated, np.broadcast_to(index, reward.shape), 1) & live
-        trunc = np.take_along_axis(truncated, np.broadcast_to(index, reward.shape), 1) & live
-        ret += np.where(live, scale * r, 0.0)
-        scale = np.where(live, scale * np.float32(gamma), scale)
+    # Step k of rows t < T - k is row t + k's: slices of the segment, no gathers (this runs
+    # for every trajectory a buffer stores).
+    for k in range(min(n, T)):
+        m = T - k
+        live = ~ended[:, :m]
+        term = terminated[:, k:] & live
+        trunc = truncated[:, k:] & live
+        ret[:, :m] += np.where(live, scale[:, :m] * reward[:, k:], 0.0)
+        np.multiply(scale[:, :m], np.float32(gamma), out=scale[:, :m], where=live)
         # Bootstrap from the row after this step; after a truncation, from this step's own row.
-        boot = np.where(live, rows + k + 1 - trunc, boot)
-        terminal |= term
-        ended |= term | trunc
+        np.copyto(boot[:, :m], rows[:, :m] + k + 1 - trunc, where=live)
+        terminal[:, :m] |= term
+        ended[:, :m] |= term | trunc
     discount = np.where(terminal, 0.0, scale).astype(np.float32)
     return ret, discount, boot.astype(np.int16 if T < 32_000 else np.int32)
 

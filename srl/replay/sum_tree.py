@@ -28,13 +28,28 @@ class SumTree:
         """Set the leaves `index` (repeated indices: the last value wins) and repair the sums."""
         node = np.asarray(index, np.int64) + self.size
         self.tree[node] = value
+        if self.size == 1:  # the one leaf is the root
+            return
         node = np.unique(node // 2)  # sorted once: halving keeps it sorted, so each level dedupes in O(n)
+        if node[-1] - node[0] + 1 == len(node):
+            # One run of nodes (a buffer stores whole segments side by side): repair by slices.
+            self._repair_run(int(node[0]), int(node[-1]) + 1)
+            return
         while True:
             self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
             if node[0] == 1:
                 break
             node //= 2
             node = node[np.concatenate(([True], node[1:] != node[:-1]))]
+
+    def _repair_run(self, lo: int, hi: int) -> None:
+        """Recompute the inner nodes [lo, hi) and every node above them, a level at a time."""
+        tree = self.tree
+        while True:
+            np.add(tree[2 * lo:2 * hi:2], tree[2 * lo + 1:2 * hi:2], out=tree[lo:hi])
+            if lo == 1:
+                break
+            lo, hi = lo // 2, (hi - 1) // 2 + 1
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         """For each `mass` in [0, total): the leaf where the running sum of priorities passes it."""

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from srl.api.config import ExperimentConfig, StopConfig, validate
+from srl.api.config import ExperimentConfig, validate
 from srl.data import keys
 from srl.data.named_array import NamedArray, stack
-from srl.launch.metrics import RunMetrics, StopRules
+from srl.launch.metrics import RunMetrics
 
 #: Seconds after the first env steps before the steady-state window opens.
 WARMUP_S = 1.0
@@ -224,13 +224,12 @@ def _gather(target: Any, args: Any, processes: int) -> list[Any]:
 
 
 # ------------------------------------------------------------------------ the real system
-class MeasuredWindow(StopRules):
-    """The stop rule of a measured run: `seconds` after start-up, where start-up ends at
-    `startup_s` or when the env steps first flow, whichever is later. Worker processes start
-    slowly on a busy machine, and the time they take is not throughput."""
+class MeasuredWindow:
+    """The stop rule (`srl.launch.metrics.StopRule`) of a measured run: `seconds` after
+    start-up, where start-up ends at `startup_s` or when the env steps first flow, whichever is
+    later. Worker processes start slowly on a busy machine, and that time is not throughput."""
 
     def __init__(self, seconds: float, startup_s: float) -> None:
-        super().__init__(StopConfig())
         self.seconds = seconds
         self.startup_s = startup_s
         self.flowing_since: float | None = None
@@ -251,7 +250,8 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
     from srl.launch.controller import Controller
 
     data = json.loads(json.dumps(config_data))
-    data["stop"] = {"time_s": STARTUP_LIMIT_S + seconds}  # an outer bound; `MeasuredWindow` stops it
+    # A config must say when it stops; `MeasuredWindow` (given to the controller) decides instead.
+    data["stop"] = {"time_s": STARTUP_LIMIT_S + seconds}
     data.setdefault("log", {}).update({"tensorboard": False, "progress": False, "report_interval_s": 0.5})
     if sampling_only:
         # The algorithm's own graph (replay buffers included), with trainers that learn nothing.

@@ -41,16 +41,27 @@ def kill_run(process: subprocess.Popen, run_dir: Path) -> None:
     shm.sweep(f"{shm.PREFIX}{run_id}_")
 
 
-def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
-    """What `predicate()` returns once it is truthy, polled while the run `process` lives."""
+def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen, log: Path | None = None):
+    """What `predicate()` returns once it is truthy, polled while the run `process` lives.
+
+    On failure the run's stderr is shown: from `log` where it writes to a file, else its pipe."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"run ended while waiting for {what}: {process.stderr.read()[-2000:]}")
+            printed = log.read_text() if log else process.stderr.read() if process.stderr else ""
+            raise AssertionError(f"run ended while waiting for {what}: {printed[-2000:]}")
         if value := predicate():
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f": {log.read_text()[-2000:]}" if log else ""))
+
+
+def run_workers(run_dir: Path) -> dict[str, dict]:
+    """The run's workers by name, as status.json has them so far (empty before it is written)."""
+    try:
+        return {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def metrics_lines(run_dir: Path) -> list[dict]:
@@ -74,11 +85,7 @@ def train_until(run_dir: Path, predicate, what: str, *args: str, cwd: Path, time
                                    cwd=cwd, start_new_session=True, stdout=stdout, stderr=stderr,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        deadline = time.monotonic() + timeout
-        while not predicate(run_dir):
-            assert process.poll() is None, f"run ended while waiting for {what}: {err.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {err.read_text()[-3000:]}"
-            time.sleep(0.2)
+        wait_for(lambda: predicate(run_dir), timeout, what, process, log=err)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=60)
         assert process.returncode == 0, err.read_text()[-3000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import kill_run, metrics_lines, srl_command, train_until
+from conftest import kill_run, metrics_lines, run_workers, srl_command, train_until, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -20,18 +20,6 @@ def _status(run_dir: Path) -> dict:
         return json.loads((run_dir / "status.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"run ended while waiting for {what}")
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _best_return(run_dir: Path) -> float:
@@ -62,7 +50,7 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
         for name in ("actor.0", "policy.0", "trainer.0"):
             running = lambda: (_status(run_dir).get("state") == "running"  # noqa: E731
                                and (w := _worker(run_dir, name)) and w["state"] == "running" and w)
-            victim = _wait_for(running, 60, f"{name} running", process)
+            victim = wait_for(running, 60, f"{name} running", process)
             try:
                 os.kill(victim["pid"], signal.SIGKILL)
             except ProcessLookupError:
@@ -70,8 +58,8 @@ def test_killed_actor_policy_worker_and_trainer_are_replaced(tmp_path):
                                      f"status: {_status(run_dir)}") from None
             replaced = lambda: ((w := _worker(run_dir, name)) and w["restarts"] >= 1  # noqa: E731
                                 and w["state"] == "running" and w["pid"] != victim["pid"] and w)
-            _wait_for(replaced, 60, f"{name} replaced", process)
-        _wait_for(lambda: _best_return(run_dir) >= 200, 120, "a return of 200", process)  # learning went on (random: 22)
+            wait_for(replaced, 60, f"{name} replaced", process)
+        wait_for(lambda: _best_return(run_dir) >= 200, 120, "a return of 200", process)  # learning went on (random: 22)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=60)
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -106,7 +94,7 @@ def test_resume_after_sigkill_of_everything(run_srl, tmp_path):
         def saved():
             infos = [json.loads(p.read_text()) for p in sorted((run_dir / "checkpoints").glob("ckpt-*.json"))]
             return [i for i in infos if i["env_steps"] > 0]
-        _wait_for(saved, 60, "a checkpoint with env steps", process)
+        wait_for(saved, 60, "a checkpoint with env steps", process)
         run_id = _status(run_dir)["run_id"]
         os.killpg(process.pid, signal.SIGKILL)  # the whole process group, no goodbye
         process.wait()
@@ -139,7 +127,7 @@ def test_workers_of_a_sigkilled_controller_exit_and_leave_no_shared_memory(tmp_p
                     "stop.episode_return=null", "stop.time_s=120", "log.tensorboard=false", "log.progress=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        status = _wait_for(lambda: (s := _status(run_dir)).get("workers")
+        status = wait_for(lambda: (s := _status(run_dir)).get("workers")
                            and all(w["state"] == "running" for w in s["workers"]) and s, 60, "every worker running",
                            process)
         run_id, pids = status["run_id"], [w["pid"] for w in status["workers"]]
@@ -180,7 +168,7 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
             workers = _status(run_dir).get("workers", [])
             servers = [w for w in workers if w["kind"] in ("policy", "trainer")]
             return workers and all(w["state"] == "running" for w in workers) and all(w["endpoints"] for w in servers)
-        _wait_for(all_listening, 60, "servers listening", process)
+        wait_for(all_listening, 60, "servers listening", process)
         status = json.loads(subprocess.run(srl_command("status", "--json", str(run_dir)), capture_output=True,
                                            text=True, check=True, timeout=60).stdout)
         listed = {w["name"]: w["endpoints"] for w in status["workers"]}
@@ -219,7 +207,7 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
                 dealer.close(linger=5000)  # after what it queued is delivered (a loaded host connects slowly)
         version = max(w["policy_version"] or 0 for w in _status(run_dir)["workers"])
         # It learns to cartpole-ppo's threshold (random: 22) and goes on training after the attack.
-        _wait_for(lambda: _best_return(run_dir) >= 475
+        wait_for(lambda: _best_return(run_dir) >= 475
                   and max(w["policy_version"] or 0 for w in _status(run_dir).get("workers", [])) > version + 10,
                   150, "a return of 475 and ten versions after the attack", process)
         os.killpg(process.pid, signal.SIGINT)
@@ -241,14 +229,12 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
 
 
 def test_a_training_step_longer_than_the_heartbeat_timeout_is_not_a_hang(tmp_path):
-    def trainer(run_dir: Path) -> dict:
-        return next((w for w in _status(run_dir).get("workers", []) if w["kind"] == "trainer"), {})
-
     run_dir = tmp_path / "run"
-    train_until(run_dir, lambda run: (trainer(run).get("trained_steps") or 0) >= 2 * 2048, "two steps of 3 s",
+    train_until(run_dir, lambda run: (run_workers(run).get("trainer.0", {}).get("trained_steps") or 0) >= 2 * 2048,
+                "two steps of 3 s",
                 "cartpole-ppo", "algorithm.type=noop", "algorithm.args={step_sleep_s: 3}",
                 "supervision.heartbeat_timeout_s=1.5", "stop.episode_return=null", "log.tensorboard=false", cwd=tmp_path)
-    assert trainer(run_dir)["restarts"] == 0
+    assert run_workers(run_dir)["trainer.0"]["restarts"] == 0
 
 
 def test_a_worker_that_cannot_start_stops_the_run_at_once(run_srl, tmp_path):
@@ -273,14 +259,14 @@ def test_a_replaced_buffer_reloads_its_saved_contents(tmp_path):
         def saved_and_running():
             buffer = _worker(run_dir, "buffer.0")
             return contents.exists() and buffer and buffer["state"] == "running" and buffer["stats"] and buffer
-        victim = _wait_for(saved_and_running, 60, "buffer.0 saving its contents", process)
+        victim = wait_for(saved_and_running, 60, "buffer.0 saving its contents", process)
         os.kill(victim["pid"], signal.SIGKILL)
         # What it saved last before the kill, at least: held at once by its replacement,
         # before its actor could have refilled it (the saved trajectories, 16 env steps each).
         saved = int(np.load(contents, allow_pickle=False)["counters"][0]) * 16
         replaced = lambda: ((w := _worker(run_dir, "buffer.0")) and w["restarts"] == 1  # noqa: E731
                             and w["pid"] != victim["pid"] and w["stats"] and w)
-        buffer = _wait_for(replaced, 60, "buffer.0 replaced", process)
+        buffer = wait_for(replaced, 60, "buffer.0 replaced", process)
         assert buffer["stats"]["held_steps"] >= min(saved, 100_000) > 0
         assert buffer["stats"]["held_steps"] > buffer["stats"]["taken_steps"]  # not refilled by its actor
     finally:

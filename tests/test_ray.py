@@ -70,7 +70,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
     """A node fault as a worker sees it: its process on the second node dies without a word.
     Ray reports the actor dead, the controller places a new one on that node, and the run
     goes on training with the replacement's samples."""
-    from conftest import kill_run, srl_command, wait_for
+    from conftest import kill_run, run_workers, srl_command, wait_for
 
     address = cluster.address
     run_dir = tmp_path / "run"
@@ -82,10 +82,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def workers() -> dict[str, dict]:
-        try:
-            return {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-        except (OSError, ValueError):
-            return {}
+        return run_workers(run_dir)
 
     try:
         victim = wait_for(lambda: (w := workers().get("actor.0")) and w["state"] == "running"
@@ -147,17 +144,11 @@ def test_a_population_on_two_nodes_copies_a_member_into_another(cluster, run_srl
 def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
     """The policy pool lives in the run directory: the league on the head node writes the frozen
     versions, the actors on the second node read their opponents from it."""
-    from conftest import metrics_lines, train_until
+    from conftest import metrics_lines, run_workers, train_until
     from srl.league.pool import Pool, pool_path
 
-    def workers(run) -> dict[str, dict]:
-        try:
-            return {w["name"]: w for w in json.loads((run / "status.json").read_text())["workers"]}
-        except (OSError, ValueError):
-            return {}
-
     def rated_and_drawn(run) -> bool:  # what the run must show before it is stopped
-        actors = [w for n, w in workers(run).items() if n.startswith("actor.")]
+        actors = [w for n, w in run_workers(run).items() if n.startswith("actor.")]
         return (any("selfplay_rating" in line for line in metrics_lines(run))
                 and bool(actors) and all(w["stats"].get("opponent_draws", 0) > 1 for w in actors)
                 and pool_path(run).exists() and len(Pool(pool_path(run)).entries()) >= 2)
@@ -170,7 +161,7 @@ def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
                 "self_play.snapshot_every_versions=3", "self_play.episodes=8", "self_play.envs=8",
                 "self_play.opponents_per_round=2", "stop.env_steps=null", "log.tensorboard=false", cwd=tmp_path)
     # The head node froze versions; the actors on the second node drew their opponents among them.
-    final = workers(run_dir)
+    final = run_workers(run_dir)
     assert final["league.0"]["host"] == HEAD and final["actor.0"]["host"] == SECOND
 
 

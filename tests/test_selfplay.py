@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metrics_lines, train_until
+from conftest import metrics_lines, run_workers, train_until
 
 from srl.api.config import ConfigError, validate
 from srl.api.env import AgentStep
@@ -396,11 +396,7 @@ def test_bad_self_play_config_is_one_line_naming_the_field(bad, message):
 
 # ---------------------------------------------------------------------------- a real run
 def _actors(run_dir: Path) -> list[dict]:
-    try:
-        workers = json.loads((run_dir / "status.json").read_text())["workers"]
-    except (OSError, ValueError):
-        return []
-    return [w for w in workers if w["group"] == "actor"]
+    return [w for w in run_workers(run_dir).values() if w["group"] == "actor"]
 
 
 @pytest.mark.integration

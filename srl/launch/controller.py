@@ -34,7 +34,7 @@ from srl.launch import tracking
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
-from srl.launch.metrics import RunMetrics, StopRules, policy_version
+from srl.launch.metrics import RunMetrics, StopRule, StopRules, policy_version
 from srl.launch.population import Population
 from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
@@ -57,7 +57,7 @@ CHECK_EVERY_S = 0.1
 
 class Controller:
     def __init__(self, config: ExperimentConfig, run_dir: str | Path, resume: bool = False,
-                 launcher: Launcher | None = None, stop_rules: StopRules | None = None) -> None:
+                 launcher: Launcher | None = None, stop_rules: StopRule | None = None) -> None:
         self.config = config
         self.graph = resolve(config)
         self.lock = RunLock(run_dir)  # first: a live run's directory is not touched
@@ -79,7 +79,7 @@ class Controller:
         self.metrics = RunMetrics()
         #: When the run stops: the config's `stop:` unless the caller has a rule of its own
         #: (`srl bench` measures a window that opens when the env steps flow).
-        self.stop_rules = stop_rules or StopRules(config.stop)
+        self.stop_rules: StopRule = stop_rules or StopRules(config.stop)
         #: A population's members (None: one experiment).
         self.population = (Population(config, self.graph, self.run_dir.path, resume)
                            if config.population else None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from srl.api.config import StopConfig
 from srl.launch.supervision import WorkerState
@@ -107,6 +107,12 @@ class RunMetrics:
 def policy_version(workers: Iterable[WorkerState]) -> int:
     """The newest version any worker holds (the publishing trainer's)."""
     return max((int(w.stats.get("policy_version") or 0) for w in workers), default=0)
+
+
+class StopRule(Protocol):
+    """When a run stops: a reason once it should, else None."""
+
+    def reason(self, metrics: RunMetrics, env_steps: int, elapsed: float) -> str | None: ...
 
 
 class StopRules:

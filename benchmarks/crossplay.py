@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from srl.evaluate import SOURCES, evaluate
+from srl.workers import checkpoint
 
 
 def kept_versions(run_dir: Path, policy: str) -> list[int]:
     """The versions of `policy` that the run kept a checkpoint of, oldest first."""
-    return sorted(int(p.stem.removeprefix("ckpt-")) for p in (run_dir / "checkpoints" / policy).glob("ckpt-*.pt"))
+    return checkpoint.versions(run_dir / "checkpoints" / policy)
 
 
 def source_of(run_dir: Path, policy: str, version: str) -> str:
@@ -36,7 +37,7 @@ def source_of(run_dir: Path, policy: str, version: str) -> str:
         return version
     if not version.isdigit():
         raise ValueError(f"version {version!r}: expected a number or one of {', '.join(SOURCES)}")
-    path = run_dir / "checkpoints" / policy / f"ckpt-{int(version):09d}.pt"
+    path = checkpoint.path_of(run_dir / "checkpoints" / policy, int(version))
     if not path.is_file():
         raise ValueError(f"{policy} kept no version {version}; kept: {kept_versions(run_dir, policy)}")
     return str(path)

@@ -57,10 +57,20 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], fsync: bool = 
         raise
 
 
+def path_of(directory: str | Path, version: int) -> Path:
+    """Where version `version`'s checkpoint lives in `directory`."""
+    return Path(directory) / f"ckpt-{version:09d}.pt"
+
+
+def versions(directory: str | Path) -> list[int]:
+    """The versions `directory` holds a checkpoint of, oldest first."""
+    return sorted(int(p.stem.removeprefix("ckpt-")) for p in Path(directory).glob("ckpt-*.pt"))
+
+
 def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = _write(directory / f"ckpt-{version:09d}.pt", version, state, info)
+    path = _write(path_of(directory, version), version, state, info)
     for old in sorted(directory.glob("ckpt-*.pt"))[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)

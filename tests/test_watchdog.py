@@ -185,3 +185,19 @@ def test_a_run_stopped_only_by_env_steps_whose_actors_hang_ends_with_a_reason(tm
     assert "fake.py" in reason and "in step" in reason
     assert summary["wall_time_s"] < 45
     assert workers["trainer.0"]["restarts"] == 0
+
+
+@pytest.mark.parametrize("heartbeat_timeout, start_timeout, limit", [(10, 50, 50), (100, 50, 100)])
+def test_a_worker_that_never_starts_stops_the_run_after_the_start_timeout_and_never_before_a_heartbeat_timeout(
+        heartbeat_timeout, start_timeout, limit):
+    specs = _specs(_config(actors={"count": 1}))
+    budget = SupervisionConfig(heartbeat_timeout_s=heartbeat_timeout, start_timeout_s=start_timeout)
+    supervisor = Supervisor(FakeLauncher(), ContextSpec("r", b"k", "/tmp/n", "/tmp"), budget, lambda name: "",
+                            on_replaced=lambda worker: None)
+    for spec in specs.values():
+        kind = WORKERS.resolve(spec.kind)
+        supervisor.start(WorkerState(spec, kind.supervision, kind.counters, progress_stat=kind.progress))
+    started = max(w.started_at for w in supervisor.workers.values())
+    assert supervisor.check(started + limit - 1) is None
+    reason, _ = supervisor.check(started + limit + 1)
+    assert f"did not start within {limit} s (supervision.start_timeout_s)" in reason

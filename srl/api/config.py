@@ -283,6 +283,10 @@ class SupervisionConfig(Section):
     #: A running worker silent for this long is considered hung: killed and restarted. A run of more
     #: than 500 workers beats less often (workers / 2000 s apart) and waits four periods at least.
     heartbeat_timeout_s: float = Field(10.0, gt=0)
+    #: A worker that has not sent its first heartbeat this long after it was (re)started stops the
+    #: run. It never counts less than `heartbeat_timeout_s`: a machine slow enough to need a
+    #: longer heartbeat timeout starts its workers slowly too.
+    start_timeout_s: float = Field(120.0, gt=0)
     #: Restarts allowed per worker within `restart_window_s`; one more stops the run cleanly.
     max_restarts: int = Field(3, ge=0)
     restart_window_s: float = Field(60.0, gt=0)

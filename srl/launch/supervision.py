@@ -29,8 +29,6 @@ from srl.workers.base import HUNG_SIGNAL, ContextSpec, WorkerSpec
 
 log = logging.getLogger(__name__)
 
-#: A worker that has not sent its first heartbeat this long after its start stops the run.
-STARTUP_GRACE_S = 120.0
 #: Seconds a hung worker gets to write its stacks to its log before it is killed.
 STACK_DUMP_S = 0.5
 #: Seconds between a worker's heartbeats in a small run.
@@ -108,6 +106,11 @@ class Supervisor:
         #: When a worker last moved on (or started): the run stalls when none has for a window.
         self.run_moved_at = time.monotonic()
 
+    @property
+    def start_s(self) -> float:
+        """Seconds a (re)started worker has to send its first heartbeat."""
+        return max(self.budget.start_timeout_s, self.silence_s)
+
     def pace(self, workers: int) -> float:
         """Set the heartbeat period for a run of `workers` (the answer to every heartbeat tells it)."""
         self.heartbeat_s = heartbeat_period(workers)
@@ -158,8 +161,9 @@ class Supervisor:
             elif worker.state == "hung" and now - worker.hung_at > STACK_DUMP_S:
                 worker.hung_log = worker.hung_log or last_words(self.log_tail(name))
                 self.launcher.signal(name, signal.SIGKILL)
-            elif worker.state == "starting" and now - worker.started_at > STARTUP_GRACE_S:
-                reason = f"worker {name} did not start within {STARTUP_GRACE_S:.0f} s", ""
+            elif worker.state == "starting" and now - worker.started_at > self.start_s:
+                reason = (f"worker {name} did not start within {self.start_s:.0f} s "
+                          "(supervision.start_timeout_s)"), ""
             if reason:
                 return reason
         return self._run_stalled()

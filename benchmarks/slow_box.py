@@ -12,6 +12,9 @@
   kernel entries are dear.
 * `--steal F`: on each core, a SCHED_FIFO process runs a busy loop for F of every 10 ms, taking
   that time from everything else there, as a hypervisor stealing time would.
+* `--cpu-quota C`: the command and all its processes run in a CPU cgroup of their own capped at
+  C cores' worth of time (cgroup v1 `cpu.cfs_quota_us` or v2 `cpu.max`; needs a writable cgroup
+  tree, as root in a container usually has), as on a box or container with fewer cores.
 
 It prints what a trivial system call costs before and after, and leaves nothing behind.
 """
@@ -25,6 +28,7 @@ import signal
 import struct
 import sys
 import time
+from pathlib import Path
 
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 BPF_LD_W_ABS, BPF_RET_K, SECCOMP_RET_ALLOW = 0x20, 0x06, 0x7FFF0000
@@ -76,6 +80,26 @@ def _stealer(core: int, fraction: float, period_s: float) -> None:
         due += period_s
 
 
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+
+
+def make_quota_cgroup(cores: float) -> Path:
+    """A new CPU cgroup capped at `cores` cores' worth of time per 100 ms period."""
+    period = 100_000
+    quota = max(1000, int(cores * period))
+    if (CGROUP_V1 / "cpu.cfs_quota_us").exists():
+        group = CGROUP_V1 / f"srl-slow-box-{os.getpid()}"
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text(str(period))
+        (group / "cpu.cfs_quota_us").write_text(str(quota))
+    else:
+        group = CGROUP_V2 / f"srl-slow-box-{os.getpid()}"
+        group.mkdir()
+        (group / "cpu.max").write_text(f"{quota} {period}")
+    return group
+
+
 def _fork(target, *args) -> int:
     pid = os.fork()
     if pid == 0:
@@ -91,25 +115,32 @@ def main() -> int:
     parser.add_argument("--busy-cores", type=lambda s: [int(c) for c in s.split(",") if c], default=[])
     parser.add_argument("--syscall-filters", type=int, default=0)
     parser.add_argument("--steal", type=float, default=0.0)
+    parser.add_argument("--cpu-quota", type=float, default=None, metavar="CORES")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     helpers = [_fork(_busy_loop, core) for core in args.busy_cores]
     if args.steal > 0:
         helpers += [_fork(_stealer, core, args.steal, 0.01) for core in range(os.cpu_count() or 1)]
+    group = make_quota_cgroup(args.cpu_quota) if args.cpu_quota else None
     try:
         before = syscall_cost_us()
         if args.syscall_filters:
             attach_syscall_filters(args.syscall_filters)
         print(f"slow_box: a system call costs {syscall_cost_us():.2f} us (was {before:.2f}); busy loops on cores "
-              f"{args.busy_cores}; {args.steal:.0%} of each core stolen", file=sys.stderr, flush=True)
+              f"{args.busy_cores}; {args.steal:.0%} of each core stolen"
+              f"{f'; CPU quota {args.cpu_quota} cores' if group else ''}", file=sys.stderr, flush=True)
         child = os.fork()
         if child == 0:
+            if group is not None:
+                (group / "cgroup.procs").write_text(str(os.getpid()))
             os.execvp(args.command[0], args.command)
         return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     finally:
         for pid in helpers:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+        if group is not None:
+            group.rmdir()  # fails (and says so) if a process of the command outlived it
 
 
 if __name__ == "__main__":

@@ -256,14 +256,34 @@ def _reason(m: Measured, shape: Shape, ranked: list[Prediction]) -> str:
 # ------------------------------------------------------------------------ measuring
 def cores_available() -> int:
     """The cores this process may run on: its CPU affinity, and its cgroup's CPU quota if lower."""
+    quota = cgroup_cpu_quota()
     cores = len(os.sched_getaffinity(0))
+    return cores if quota is None else min(cores, max(1, math.ceil(quota)))
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")) -> float | None:
+    """Cores' worth of CPU time this process's cgroup may use (None: no quota), v2 or v1."""
+    for line in _read(membership).splitlines():
+        _, controllers, path = line.split(":", 2)
+        # The group's own directory; in a container without a cgroup namespace, the mount's root.
+        if controllers == "":  # v2: one hierarchy, `cpu.max` is "QUOTA PERIOD" or "max PERIOD"
+            for group in (root / path.lstrip("/"), root):
+                fields = _read(group / "cpu.max").split()
+                if len(fields) == 2 and fields[0] != "max":
+                    return int(fields[0]) / int(fields[1])
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy, -1 for none
+            for group in (root / controllers / path.lstrip("/"), root / controllers):
+                quota, period = _read(group / "cpu.cfs_quota_us").strip(), _read(group / "cpu.cfs_period_us").strip()
+                if quota.isdigit() and int(quota) > 0 and period.isdigit():
+                    return int(quota) / int(period)
+    return None
+
+
+def _read(path: Path) -> str:
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return cores
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _inference_rates(config_data: dict[str, Any], batches: list[int], seconds: float, queue: Any) -> None:

@@ -165,3 +165,24 @@ def test_train_with_auto_prints_and_records_its_layout(run_srl, tmp_path, monkey
     assert f"srl: layout actors.count={count} " in result.stderr and "bound by the" in result.stderr
     assert record["from_cache"] and f"count: {count}" in (tmp_path / "run" / "config.yaml").read_text()
     assert set(record["chosen"]) == set(AUTO_FIELDS)
+
+
+@pytest.mark.parametrize("membership, files, quota", [
+    # cgroup v2: one hierarchy, cpu.max "QUOTA PERIOD"
+    ("0::/jobs/run\n", {"jobs/run/cpu.max": "150000 100000\n"}, 1.5),
+    ("0::/jobs/run\n", {"jobs/run/cpu.max": "max 100000\n"}, None),
+    # v2 in a container without a cgroup namespace: its own group is the mount's root
+    ("0::/host/path\n", {"cpu.max": "50000 100000\n"}, 0.5),
+    # cgroup v1: the cpu controller's hierarchy (here shared with cpuacct), -1 for no quota
+    ("4:memory:/x\n3:cpu,cpuacct:/jobs/run\n", {"cpu,cpuacct/jobs/run/cpu.cfs_quota_us": "250000\n",
+                                                "cpu,cpuacct/jobs/run/cpu.cfs_period_us": "100000\n"}, 2.5),
+    ("3:cpu,cpuacct:/jobs/run\n", {"cpu,cpuacct/jobs/run/cpu.cfs_quota_us": "-1\n",
+                                   "cpu,cpuacct/jobs/run/cpu.cfs_period_us": "100000\n"}, None),
+    ("", {}, None),
+])
+def test_the_cgroup_cpu_quota_is_read_from_v1_and_v2(tmp_path, membership, files, quota):
+    (tmp_path / "cgroup").write_text(membership)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text)
+    assert layout.cgroup_cpu_quota(tmp_path / "fs", tmp_path / "cgroup") == quota

@@ -214,6 +214,10 @@ def _gather(target: Any, args: Any, processes: int) -> list[Any]:
         p.start()
     try:
         rates = [queue.get(timeout=600) for _ in procs]
+    except BaseException:  # Ctrl-C (or a part that never answered): no part runs on
+        for p in procs:
+            p.kill()
+        raise
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -262,7 +266,9 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         data["replay"].update(replay_ratio=None, learning_starts=2**62)
     config = validate(data)
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as run_dir:
-        Controller(config, Path(run_dir) / "run", stop_rules=MeasuredWindow(seconds, startup_s)).run()
+        summary = Controller(config, Path(run_dir) / "run", stop_rules=MeasuredWindow(seconds, startup_s)).run()
+        if summary.get("stop_reason") == "interrupted":
+            raise KeyboardInterrupt  # Ctrl-C stops the whole bench, not just the run being measured
         records = [json.loads(line) for line in (Path(run_dir) / "run" / "metrics.jsonl").read_text().splitlines()]
         status = json.loads((Path(run_dir) / "run" / "status.json").read_text())
     flowing = [r for r in records if r["env_steps"] > 0]

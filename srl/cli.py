@@ -15,6 +15,8 @@ from srl.api.graph import resolve as resolve_graph
 from srl.launch.tracking import check_wandb
 
 EXIT_CONFIG = 2
+#: The exit status of a command stopped by Ctrl-C, as the shell gives one killed by SIGINT.
+EXIT_INTERRUPTED = 130
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -190,7 +192,11 @@ def _bench(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from srl.bench import print_table, run_bench
 
-    result = run_bench(config, args.seconds, args.cores)
+    try:
+        result = run_bench(config, args.seconds, args.cores)
+    except KeyboardInterrupt:
+        print("srl: bench interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print_table(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -1,11 +1,16 @@
 """Benchmarks run in smoke mode so they cannot rot; their figures are never asserted."""
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import srl_command, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +26,30 @@ def test_srl_bench_smoke(run_srl, tmp_path):
                 "training_steps_per_s", "sampling_efficiency", "training_efficiency"):
         assert figures[key] > 0, key
     assert "efficiency" in result.stdout
+
+
+def test_ctrl_c_stops_the_whole_bench_not_only_the_run_it_measures(tmp_path):
+    # The bench's temp dir, short: a run's socket paths under it must fit in 107 characters.
+    scratch = Path(tempfile.mkdtemp(prefix="srl-t-"))
+    log = tmp_path / "bench.err"
+    try:
+        with log.open("w") as err:
+            bench = subprocess.Popen(srl_command("bench", "cartpole-ppo", "--seconds", "2", "actors.count=1"),
+                                     cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err,
+                                     env={**os.environ, "TMPDIR": str(scratch)})
+        try:
+            # The sampling run has started (its window is 2 s after at least 4 s of start-up): interrupt it.
+            wait_for(lambda: list(scratch.glob("srl-bench-*/run/status.json")), 240, "the sampling run", bench, log)
+            bench.send_signal(signal.SIGINT)
+            assert bench.wait(timeout=90) == 130, log.read_text()[-2000:]
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+                bench.wait()
+        assert "srl: bench interrupted" in log.read_text()
+        assert not list(scratch.glob("srl-bench-*")), "the measured run's directory outlived the bench"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_ring_sweep_smoke(tmp_path):

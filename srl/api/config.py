@@ -65,8 +65,8 @@ class Placement(Section):
     #: starve (docs/benchmarks.md, "The trainer's core on a slower or busier box").
     idle: bool = False
     #: Torch intra-op threads of each of the group's processes. One by default: workers
-    #: already fill the cores, and idle OpenMP threads spinning beside them cost more than a
-    #: parallel speed-up of small ops. A trainer of large convolutions gains from more.
+    #: already fill the cores, so a parallel speed-up of small ops is rarely had. A trainer of
+    #: large convolutions gains from more (its idle threads sleep rather than spin: srl/__init__.py).
     threads: PositiveInt = 1
 
 

@@ -264,12 +264,14 @@ def cores_available() -> int:
 def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")) -> float | None:
     """Cores' worth of CPU time this process's cgroup may use (None: no quota), v2 or v1."""
     for line in _read(membership).splitlines():
+        if line.count(":") < 2:
+            continue
         _, controllers, path = line.split(":", 2)
         # The group's own directory; in a container without a cgroup namespace, the mount's root.
         if controllers == "":  # v2: one hierarchy, `cpu.max` is "QUOTA PERIOD" or "max PERIOD"
             for group in (root / path.lstrip("/"), root):
                 fields = _read(group / "cpu.max").split()
-                if len(fields) == 2 and fields[0] != "max":
+                if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
                     return int(fields[0]) / int(fields[1])
         elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy, -1 for none
             for group in (root / controllers / path.lstrip("/"), root / controllers):

@@ -34,18 +34,22 @@ Current thread 0x00007e (most recent call first):
 """
 
 
-def _watched(window: float = 5.0, max_restarts: int = 3, **by_group: float):
-    """Actors and a trainer under a supervisor with progress windows, each at its first heartbeat (t=0)."""
+def _supervised(budget: SupervisionConfig):
+    """Two actors, a policy worker and a trainer started under a supervisor (a fake launcher)."""
     specs = _specs(_config(actors={"count": 2}))
     launcher = FakeLauncher()
-    budget = SupervisionConfig(heartbeat_timeout_s=1000, progress_timeout_s=window, max_restarts=max_restarts,
-                               progress_timeout_by_group=by_group)
     supervisor = Supervisor(launcher, ContextSpec("r", b"k", "/tmp/n", "/tmp"), budget, lambda name: STACKS,
                             on_replaced=lambda worker: None)
     for spec in specs.values():
         kind = WORKERS.resolve(spec.kind)
         supervisor.start(WorkerState(spec, kind.supervision, kind.counters, progress_stat=kind.progress))
     return supervisor, launcher
+
+
+def _watched(window: float = 5.0, max_restarts: int = 3, **by_group: float):
+    """Actors and a trainer under a supervisor with progress windows, each at its first heartbeat (t=0)."""
+    return _supervised(SupervisionConfig(heartbeat_timeout_s=1000, progress_timeout_s=window,
+                                         max_restarts=max_restarts, progress_timeout_by_group=by_group))
 
 
 def _beat(supervisor: Supervisor, now: float, **workers: tuple[int, str]) -> None:
@@ -190,13 +194,7 @@ def test_a_run_stopped_only_by_env_steps_whose_actors_hang_ends_with_a_reason(tm
 @pytest.mark.parametrize("heartbeat_timeout, start_timeout, limit", [(10, 50, 50), (100, 50, 100)])
 def test_a_worker_that_never_starts_stops_the_run_after_the_start_timeout_and_never_before_a_heartbeat_timeout(
         heartbeat_timeout, start_timeout, limit):
-    specs = _specs(_config(actors={"count": 1}))
-    budget = SupervisionConfig(heartbeat_timeout_s=heartbeat_timeout, start_timeout_s=start_timeout)
-    supervisor = Supervisor(FakeLauncher(), ContextSpec("r", b"k", "/tmp/n", "/tmp"), budget, lambda name: "",
-                            on_replaced=lambda worker: None)
-    for spec in specs.values():
-        kind = WORKERS.resolve(spec.kind)
-        supervisor.start(WorkerState(spec, kind.supervision, kind.counters, progress_stat=kind.progress))
+    supervisor, _ = _supervised(SupervisionConfig(heartbeat_timeout_s=heartbeat_timeout, start_timeout_s=start_timeout))
     started = max(w.started_at for w in supervisor.workers.values())
     assert supervisor.check(started + limit - 1) is None
     reason, _ = supervisor.check(started + limit + 1)

@@ -441,3 +441,12 @@ def test_draining_consumer_drops_the_oldest_and_never_blocks_producers(ctx, ends
     kept = [consumer.get(100)[1]["x"][0] for _ in range(3)]
     assert kept == [7, 8, 9] and consumer.dropped_oldest == 7
     assert consumer.get(10) is None
+
+
+def test_a_socket_path_too_long_for_unix_is_one_clear_error_naming_tmpdir(tmp_path):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    ctx = StreamContext(run_id=f"t{secrets.token_hex(4)}", secret=secrets.token_bytes(32),
+                        names=DirectoryNameService(tmp_path / "names"), ipc_dir=str(deep))
+    with pytest.raises(OSError, match=r"stream 'control'.*longer than a Unix socket address allows.*set TMPDIR"):
+        LinkServer(ctx, "control", "shm")

@@ -299,6 +299,10 @@ class _Endpoint:
             self.reader.close()
 
 
+#: Characters in a Unix socket's path at most (Linux's sun_path, less its terminating NUL).
+UNIX_PATH_MAX = 107
+
+
 class LinkServer(_Endpoint):
     """Binds, registers its address under `key`, receives from many clients and replies."""
 
@@ -306,6 +310,11 @@ class LinkServer(_Endpoint):
         super().__init__(ctx, key, transport, zmq.ROUTER, kind)
         if transport == "shm":
             self.address = f"ipc://{ctx.ipc_dir}/{key.replace('/', '.')}.{secrets.token_hex(3)}"
+            if len(self.address) - len("ipc://") > UNIX_PATH_MAX:
+                self.socket.close(linger=0)
+                raise OSError(f"stream {key!r}: its socket path {self.address[len('ipc://'):]!r} is longer than a Unix "
+                              f"socket address allows ({UNIX_PATH_MAX} characters); the run's sockets live in the "
+                              "temporary directory: set TMPDIR to a shorter one (such as /tmp)")
             self.socket.bind(self.address)
         else:
             self.socket.bind(f"tcp://{ctx.host}:0")

@@ -100,6 +100,20 @@ def make_quota_cgroup(cores: float) -> Path:
     return group
 
 
+def remove_cgroup(group: Path, wait_s: float = 10.0) -> None:
+    """Remove the cgroup once its last process is gone: a process that has just exited stays a
+    member for a moment (EBUSY). Fails, and says so, if one of the command's outlives the wait."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _fork(target, *args) -> int:
     pid = os.fork()
     if pid == 0:
@@ -140,7 +154,7 @@ def main() -> int:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         if group is not None:
-            group.rmdir()  # fails (and says so) if a process of the command outlived it
+            remove_cgroup(group)
 
 
 if __name__ == "__main__":

@@ -309,12 +309,13 @@ class LinkServer(_Endpoint):
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, kind: str = "control") -> None:
         super().__init__(ctx, key, transport, zmq.ROUTER, kind)
         if transport == "shm":
-            self.address = f"ipc://{ctx.ipc_dir}/{key.replace('/', '.')}.{secrets.token_hex(3)}"
-            if len(self.address) - len("ipc://") > UNIX_PATH_MAX:
+            path = f"{ctx.ipc_dir}/{key.replace('/', '.')}.{secrets.token_hex(3)}"
+            if len(path) > UNIX_PATH_MAX:
                 self.socket.close(linger=0)
-                raise OSError(f"stream {key!r}: its socket path {self.address[len('ipc://'):]!r} is longer than a Unix "
-                              f"socket address allows ({UNIX_PATH_MAX} characters); the run's sockets live in the "
-                              "temporary directory: set TMPDIR to a shorter one (such as /tmp)")
+                raise OSError(f"stream {key!r}: its socket path {path!r} is longer than a Unix socket address allows "
+                              f"({UNIX_PATH_MAX} characters); the run's sockets live in the temporary directory: set "
+                              "TMPDIR to a shorter one (such as /tmp)")
+            self.address = f"ipc://{path}"
             self.socket.bind(self.address)
         else:
             self.socket.bind(f"tcp://{ctx.host}:0")

@@ -71,9 +71,9 @@ def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = _write(path_of(directory, version), version, state, info)
-    for old in sorted(directory.glob("ckpt-*.pt"))[:-keep]:
-        old.unlink(missing_ok=True)
-        old.with_suffix(".json").unlink(missing_ok=True)
+    for old in versions(directory)[:-keep]:
+        path_of(directory, old).unlink(missing_ok=True)
+        path_of(directory, old).with_suffix(".json").unlink(missing_ok=True)
     return path
 
 
@@ -118,7 +118,8 @@ def is_valid(path: str | Path) -> bool:
 
 def latest(directory: str | Path) -> Path | None:
     """The newest checkpoint whose checksum holds (older ones are tried in turn)."""
-    for path in sorted(Path(directory).glob("ckpt-*.pt"), reverse=True):
+    for version in reversed(versions(directory)):
+        path = path_of(directory, version)
         if is_valid(path):
             return path
         log.warning("checkpoint %s is corrupt or incomplete; trying the previous one", path.name)

@@ -16,7 +16,7 @@ import srl.streams.parameters as parameters
 from srl.data import wire
 from srl.data.named_array import NamedArray
 from srl.streams.inference import InferenceServer, RemoteInference
-from srl.streams.link import LinkClient, LinkServer, StreamContext, binding
+from srl.streams.link import LinkClient, LinkServer, StreamContext, binding, wait_any
 from srl.streams.names import DirectoryNameService
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.streams.shm import SHM_DIR
@@ -408,6 +408,31 @@ def test_sample_stream_backpressure(ctx, ends, transport):
     np.testing.assert_array_equal(rest[0][1]["obs"], batch(1)["obs"])
     assert consumer.get(2000)[0] == {"i": 4}
     assert consumer.dropped == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_wait_any_wakes_for_either_side_and_times_out_when_neither_moves(ctx, ends, transport):
+    # A buffer worker's idle wait: trajectories in on one link, credits back on another.
+    samples_in = ends(SampleConsumer(ctx, "samples", transport))
+    actor = ends(SampleProducer(ctx, "samples", transport, "actor0", slots=1))
+    trainer = ends(SampleConsumer(ctx, "replay", transport))
+    batches_out = ends(SampleProducer(ctx, "replay", transport, "buffer0", slots=1))
+    sides = [batches_out.link, samples_in.link]
+    start = time.monotonic()
+    assert wait_any(sides, 200) is False
+    assert time.monotonic() - start >= 0.15  # it slept, rather than returning at once
+
+    assert actor.put(NamedArray({"obs": np.ones((2, 3), np.float32)}))
+    assert wait_any(sides, 5000) is True  # the trajectory's side
+    assert samples_in.get(0) is not None
+    assert wait_any(sides, 100) is False  # nothing else is waiting
+
+    assert batches_out.try_put(NamedArray({"obs": np.ones((4, 3), np.float32)}))
+    assert not batches_out.free
+    assert trainer.get(5000) is not None  # the trainer takes it: its credit comes back
+    assert wait_any(sides, 5000) is True  # the credit's side
+    batches_out.poll(0)
+    assert batches_out.free
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

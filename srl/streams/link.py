@@ -191,6 +191,18 @@ class ShmReader:
         self._segments.clear()
 
 
+def wait_any(endpoints: list[_Endpoint], timeout_ms: int) -> bool:
+    """Wait up to `timeout_ms` until any of `endpoints` has a message to read; True if one has.
+
+    One wait for several links, so a worker fed from both sides sleeps until either can move
+    it on, instead of taking turns at short timeouts (each turn a wake-up that costs CPU).
+    """
+    poller = zmq.Poller()  # built per call: a reconnecting client may have replaced its socket
+    for endpoint in endpoints:
+        poller.register(endpoint.socket, zmq.POLLIN)
+    return bool(poller.poll(timeout_ms))
+
+
 class _Endpoint:
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, socket_type: int, kind: str) -> None:
         self.ctx = ctx

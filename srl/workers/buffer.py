@@ -23,6 +23,7 @@ import numpy as np
 from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.replay.buffer import ReplayBuffer
+from srl.streams.link import wait_any
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.workers import checkpoint
 from srl.workers.base import FatalError, Worker
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Trajectories taken, and batches sent, per poll at most (so heartbeats and replies keep flowing).
 MAX_PER_POLL = 8
+#: Longest idle wait (ms): short enough for heartbeats and commands to stay on time.
+IDLE_WAIT_MS = 50
 
 
 def make_buffer(settings: dict[str, Any], seed: int = 0) -> ReplayBuffer:
@@ -108,13 +111,12 @@ class BufferWorker(Worker):
             if not self._send():
                 break
             sent += 1
-        if not took and not sent:  # idle: wait a little for whichever side can move us on
-            # (Waiting on samples alone when it may take them cost training throughput: a
-            # trainer's credit then waited out the 5 ms, batch after batch.)
-            if self._may_take() and (got := self.consumer.get(5)) is not None:
-                self._insert(got[1])
-            else:
-                self.out.poll(5)
+        if not took and not sent:
+            # Idle: sleep until either side can move us on (a trajectory we may take, a
+            # trainer's credit or priorities). Taking turns at short timeouts instead woke
+            # this worker hundreds of times a second, CPU the trainers on the same cores lost.
+            sides = [self.out.link, self.consumer.link] if self._may_take() else [self.out.link]
+            wait_any(sides, IDLE_WAIT_MS)
         if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:
             self.save_contents()
 

@@ -1,6 +1,6 @@
 """`srl bench`: how close an experiment runs to the compute limit of this machine.
 
-Five measurements, one after the other, each on the same N cores (N processes, one torch
+Five measurements, each on the same N cores (N processes, one torch
 thread each, rates summed):
 
 * E — env steps/s of the experiment's env with random actions (no policy; a Gymnasium env
@@ -21,6 +21,12 @@ the ratio) and pays for drawing the batches.
 
 Since the cores are shared, limit_S = 1 / (1/E + 1/I) and limit_T = 1 / (1/E + 1/I + 1/L);
 efficiency = measured / limit. 1.0 means the system adds no cost of its own.
+
+E, I and L are measured in half-length windows before S, between S and T, and after T (all
+cores measuring the same part at once), and each limit takes the mean of the windows on either
+side of its own run: the speed of a shared or virtual box drifts within a minute, and only
+the drift that is the same on both sides of a run cancels out of its efficiency. The table's
+E, I and L are the means over all windows; `--json` has each window.
 
 limit_T assumes the learning spreads over all N cores. A run's trainer group is
 `trainers.count` processes of `placement.threads` threads, so it also reports the limit with
@@ -200,6 +206,39 @@ def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[N
     return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
 
 
+def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, seconds: float,
+                    batch: int | None = None) -> dict[str, float]:
+    """E, I (at `batch`; left out when None) and L, each for `seconds` on `cores` processes."""
+    per_process = max(1, config.actors.envs_per_slot)
+
+    def plan(i: int) -> list[tuple[Any, tuple[Any, ...]]]:
+        steps: list[tuple[Any, tuple[Any, ...]]] = [(_env_rate, (data["env"], per_process, seconds, config.seed + i))]
+        if batch is not None:
+            steps.append((_inference_rate, (data, batch, seconds)))
+        return steps + [(_learner_rate, (data, seconds))]
+
+    names = ["E"] + (["I"] if batch is not None else []) + ["L"]
+    barrier = mp.get_context("spawn").Barrier(cores)
+    rates = _gather(_in_step, lambda i: (plan(i), barrier), cores)
+    return {name: float(sum(r[k] for r in rates)) for k, name in enumerate(names)}
+
+
+class _Rates(list):
+    """What a measurement puts (the `queue` argument), kept in this process."""
+
+    put = list.append
+
+
+def _in_step(plan: list[tuple[Any, tuple[Any, ...]]], barrier: Any, queue: Any) -> None:
+    """Run the measurements of `plan` one after another, each starting with the other
+    processes' (so every core measures the same thing at once); put the list of rates."""
+    rates = _Rates()
+    for target, args in plan:
+        barrier.wait(timeout=600)
+        target(*args, rates)
+    queue.put(list(rates))
+
+
 def _parallel(target: Any, args: Any, processes: int) -> float:
     """Run `target(*args(i), queue)` in `processes` spawned processes; sum their rates."""
     return float(sum(_gather(target, args, processes)))
@@ -327,33 +366,45 @@ def run_bench(config: ExperimentConfig, seconds: float, cores: int | None = None
 def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> dict[str, Any]:
     cores = cores or os.cpu_count() or 1
     data = config.model_dump(mode="json")
-    per_process = max(1, config.actors.envs_per_slot)
-    E = _parallel(_env_rate, lambda i: (data["env"], per_process, seconds, config.seed + i), cores)
+    # The isolated parts are measured right before and right after each system run, in
+    # half-length windows, and each limit uses the ones around its own run: a box's speed can
+    # drift by a fifth within a minute, and a limit measured a minute away from its run turned
+    # that drift into the efficiency.
+    before = _isolated_rates(config, data, cores, seconds / 2)
     S, sampling_status = system_rate(data, seconds, sampling_only=True)
     batch = _reached_batch(config, sampling_status)
-    I = _parallel(_inference_rate, lambda i: (data, batch, seconds), cores)
-    L = _parallel(_learner_rate, lambda i: (data, seconds), cores)
+    between = _isolated_rates(config, data, cores, seconds / 2, batch)
     # Long enough for about ten training steps of one trainer, however slow its learner.
-    batch_seconds = config.trainers.batch_steps / (L / cores)
+    batch_seconds = config.trainers.batch_steps / (_mean(before, between, key="L") / cores)
     T, _ = system_rate(data, max(seconds, 10 * batch_seconds), sampling_only=False)
-    limit_s = 1.0 / (1.0 / E + 1.0 / I)
-    limit_t = 1.0 / (1.0 / E + 1.0 / I + 1.0 / L)
+    after = _isolated_rates(config, data, cores, seconds / 2, batch)
+    around_s = {"E": _mean(before, between, key="E"), "I": between["I"]}
+    around_t = {key: _mean(between, after, key=key) for key in ("E", "I", "L")}
+    limit_s = 1.0 / (1.0 / around_s["E"] + 1.0 / around_s["I"])
+    limit_t = 1.0 / (1.0 / around_t["E"] + 1.0 / around_t["I"] + 1.0 / around_t["L"])
     # L is N learner processes; a run's trainers are `trainers.count` processes of
     # `placement.threads` threads, each thread at most one core's worth of it. When they are
     # the bottleneck, T cannot pass that either.
     trainer_cores = min(config.trainers.count * config.trainers.placement.threads, cores)
-    trainer_limit = trainer_cores * L / cores
+    trainer_limit = trainer_cores * around_t["L"] / cores
     limit_configured = min(limit_t, trainer_limit)
     return {
         "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,
         "frame_skip": frame_skip_of(config),
-        "env_steps_per_s": E, "inference_steps_per_s": I, "learner_steps_per_s": L,
+        "env_steps_per_s": _mean(before, between, after, key="E"), "inference_steps_per_s": _mean(between, after, key="I"),
+        "learner_steps_per_s": _mean(before, between, after, key="L"),
+        "isolated": {"before_sampling": before, "between": between, "after_training": after},
+        "around_sampling": around_s, "around_training": around_t,
         "sampling_steps_per_s": S, "training_steps_per_s": T,
         "sampling_limit": limit_s, "training_limit": limit_t,
         "sampling_efficiency": S / limit_s, "training_efficiency": T / limit_t,
         "trainers": config.trainers.count, "trainer_cores": trainer_cores, "trainer_limit": trainer_limit,
         "training_limit_configured": limit_configured, "training_efficiency_configured": T / limit_configured,
     }
+
+
+def _mean(*rates: dict[str, float], key: str) -> float:
+    return float(np.mean([r[key] for r in rates]))
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -382,3 +433,5 @@ def print_table(result: dict[str, Any]) -> None:
                        (f"training efficiency, {n} trainer(s)", "training_efficiency_configured")):
         table.add_row(label, f"{result[key]:.2f}", *([""] if skip > 1 else []))
     Console(width=120).print(table)
+    print("E, I, L: means of the windows before, between and after the system runs; each limit uses the "
+          "windows around its own run (--json: around_sampling, around_training)")

@@ -26,6 +26,15 @@ def test_srl_bench_smoke(run_srl, tmp_path):
                 "training_steps_per_s", "sampling_efficiency", "training_efficiency"):
         assert figures[key] > 0, key
     assert "efficiency" in result.stdout
+    # Each limit comes from the isolated windows on either side of its own run.
+    windows = figures["isolated"]
+    assert set(windows["before_sampling"]) == {"E", "L"}  # I's batch is known once sampling ran
+    assert set(windows["between"]) == set(windows["after_training"]) == {"E", "I", "L"}
+    around = figures["around_training"]
+    assert around["L"] == pytest.approx((windows["between"]["L"] + windows["after_training"]["L"]) / 2)
+    assert figures["training_limit"] == pytest.approx(1 / (1 / around["E"] + 1 / around["I"] + 1 / around["L"]))
+    assert figures["sampling_limit"] == pytest.approx(
+        1 / (1 / figures["around_sampling"]["E"] + 1 / windows["between"]["I"]))
 
 
 def test_ctrl_c_stops_the_whole_bench_not_only_the_run_it_measures(tmp_path):

@@ -391,7 +391,8 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
     return {
         "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,
         "frame_skip": frame_skip_of(config),
-        "env_steps_per_s": _mean(before, between, after, key="E"), "inference_steps_per_s": _mean(between, after, key="I"),
+        "env_steps_per_s": _mean(before, between, after, key="E"),
+        "inference_steps_per_s": _mean(between, after, key="I"),
         "learner_steps_per_s": _mean(before, between, after, key="L"),
         "isolated": {"before_sampling": before, "between": between, "after_training": after},
         "around_sampling": around_s, "around_training": around_t,

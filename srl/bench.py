@@ -1,7 +1,7 @@
 """`srl bench`: how close an experiment runs to the compute limit of this machine.
 
-Five measurements, each on the same N cores (N processes, one torch
-thread each, rates summed):
+Five measurements, each on the same N cores (N processes, one torch thread each, rates
+summed):
 
 * E — env steps/s of the experiment's env with random actions (no policy; a Gymnasium env
   stepped by Gymnasium itself, without SRL's adapter);

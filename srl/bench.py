@@ -211,15 +211,17 @@ def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, 
     """E, I (at `batch`; left out when None) and L, each for `seconds` on `cores` processes."""
     per_process = max(1, config.actors.envs_per_slot)
 
-    def plan(i: int) -> list[tuple[Any, tuple[Any, ...]]]:
-        steps: list[tuple[Any, tuple[Any, ...]]] = [(_env_rate, (data["env"], per_process, seconds, config.seed + i))]
+    def parts(i: int) -> dict[str, tuple[Any, tuple[Any, ...]]]:
+        """Process i's measurements by name, in the order they run."""
+        named = {"E": (_env_rate, (data["env"], per_process, seconds, config.seed + i))}
         if batch is not None:
-            steps.append((_inference_rate, (data, batch, seconds)))
-        return steps + [(_learner_rate, (data, seconds))]
+            named["I"] = (_inference_rate, (data, batch, seconds))
+        named["L"] = (_learner_rate, (data, seconds))
+        return named
 
-    names = ["E"] + (["I"] if batch is not None else []) + ["L"]
+    names = list(parts(0))
     barrier = mp.get_context("spawn").Barrier(cores)
-    rates = _gather(_in_step, lambda i: (plan(i), barrier), cores)
+    rates = _gather(_in_step, lambda i: (list(parts(i).values()), barrier), cores)
     return {name: float(sum(r[k] for r in rates)) for k, name in enumerate(names)}
 
 

@@ -16,7 +16,7 @@ import srl.streams.parameters as parameters
 from srl.data import wire
 from srl.data.named_array import NamedArray
 from srl.streams.inference import InferenceServer, RemoteInference
-from srl.streams.link import LinkClient, LinkServer, StreamContext, binding, wait_any
+from srl.streams.link import LinkClient, LinkServer, LinkWaiter, StreamContext, binding
 from srl.streams.names import DirectoryNameService
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.streams.shm import SHM_DIR
@@ -411,28 +411,43 @@ def test_sample_stream_backpressure(ctx, ends, transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_wait_any_wakes_for_either_side_and_times_out_when_neither_moves(ctx, ends, transport):
+def test_link_waiter_wakes_for_either_side_and_times_out_when_neither_moves(ctx, ends, transport):
     # A buffer worker's idle wait: trajectories in on one link, credits back on another.
     samples_in = ends(SampleConsumer(ctx, "samples", transport))
     actor = ends(SampleProducer(ctx, "samples", transport, "actor0", slots=1))
     trainer = ends(SampleConsumer(ctx, "replay", transport))
     batches_out = ends(SampleProducer(ctx, "replay", transport, "buffer0", slots=1))
-    sides = [batches_out.link, samples_in.link]
+    either = LinkWaiter([batches_out.link, samples_in.link])
     start = time.monotonic()
-    assert wait_any(sides, 200) is False
+    assert either.wait(200) is False
     assert time.monotonic() - start >= 0.15  # it slept, rather than returning at once
 
     assert actor.put(NamedArray({"obs": np.ones((2, 3), np.float32)}))
-    assert wait_any(sides, 5000) is True  # the trajectory's side
+    assert either.wait(5000) is True  # the trajectory's side
     assert samples_in.get(0) is not None
-    assert wait_any(sides, 100) is False  # nothing else is waiting
+    assert either.wait(100) is False  # nothing else is waiting
 
     assert batches_out.try_put(NamedArray({"obs": np.ones((4, 3), np.float32)}))
     assert not batches_out.free
     assert trainer.get(5000) is not None  # the trainer takes it: its credit comes back
-    assert wait_any(sides, 5000) is True  # the credit's side
+    assert either.wait(5000) is True  # the credit's side
     batches_out.poll(0)
     assert batches_out.free
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_link_waiter_follows_a_client_that_reconnected_to_a_restarted_server(ctx, ends, transport):
+    first = ends(LinkServer(ctx, "replay/0", transport))
+    client = ends(LinkClient(ctx, "replay/0", transport, "buffer0"))
+    waiter = LinkWaiter([client])
+    first.close()
+    second = ends(LinkServer(ctx, "replay/0", transport))  # the restarted server registers anew
+    assert client.refresh()  # the client's socket is a new one now
+    client.send(0, {"hello": 1})
+    got = recv_all(second, 1)[0]
+    second.send(got.client, 0, {"credit": 1})
+    assert waiter.wait(5000) is True  # woken by the new socket, not deaf on the closed one
+    assert client.recv(0).meta == {"credit": 1}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

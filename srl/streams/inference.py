@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
-import zmq
 
 from srl.api.policy import Policy
 from srl.data import keys
@@ -159,18 +158,3 @@ class InferenceServer:
 
     def close(self) -> None:
         self.link.close()
-
-
-class RequestPoller:
-    """Waits on several inference servers at once: a policy worker serving several policies has a
-    server each, so a request to one never waits out a timeout on another. Built once, since the
-    wait is on the policy worker's every poll."""
-
-    def __init__(self, servers: Sequence[InferenceServer]) -> None:
-        self._poller = zmq.Poller()
-        for server in servers:
-            self._poller.register(server.link.socket, zmq.POLLIN)
-
-    def wait(self, timeout_ms: int) -> bool:
-        """Whether any server has a message waiting within `timeout_ms`."""
-        return bool(self._poller.poll(timeout_ms))

@@ -29,6 +29,7 @@ import re
 import resource
 import secrets
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import zmq
@@ -191,16 +192,28 @@ class ShmReader:
         self._segments.clear()
 
 
-def wait_any(endpoints: list[_Endpoint], timeout_ms: int) -> bool:
-    """Wait up to `timeout_ms` until any of `endpoints` has a message to read; True if one has.
+class LinkWaiter:
+    """Waits on several links at once, so a worker fed by more than one (a policy worker serving
+    several policies; a buffer between actors and a trainer) sleeps until any of them can move
+    it on instead of taking turns at short timeouts, each turn a wake-up that costs CPU. Built
+    once, since the wait is on a worker's every idle poll; a link whose socket was replaced (a
+    client that reconnected to a restarted server) is picked up at the next wait."""
 
-    One wait for several links, so a worker fed from both sides sleeps until either can move
-    it on, instead of taking turns at short timeouts (each turn a wake-up that costs CPU).
-    """
-    poller = zmq.Poller()  # built per call: a reconnecting client may have replaced its socket
-    for endpoint in endpoints:
-        poller.register(endpoint.socket, zmq.POLLIN)
-    return bool(poller.poll(timeout_ms))
+    def __init__(self, links: Sequence[_Endpoint]) -> None:
+        self.links = list(links)
+        self._watch()
+
+    def _watch(self) -> None:
+        self._sockets = [link.socket for link in self.links]
+        self._poller = zmq.Poller()
+        for socket in self._sockets:
+            self._poller.register(socket, zmq.POLLIN)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Whether any link has a message waiting within `timeout_ms`."""
+        if any(link.socket is not socket for link, socket in zip(self.links, self._sockets)):
+            self._watch()
+        return bool(self._poller.poll(timeout_ms))
 
 
 class _Endpoint:

@@ -23,7 +23,7 @@ import numpy as np
 from srl.api.graph import Port, Supervision
 from srl.data import keys
 from srl.replay.buffer import ReplayBuffer
-from srl.streams.link import wait_any
+from srl.streams.link import LinkWaiter
 from srl.streams.samples import SampleConsumer, SampleProducer
 from srl.workers import checkpoint
 from srl.workers.base import FatalError, Worker
@@ -69,6 +69,8 @@ class BufferWorker(Worker):
         samples, replay = self.spec.streams["samples"], self.spec.streams["replay"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
         self.out = SampleProducer(self.ctx, replay.key, replay.transport, self.name, r["batches_in_flight"])
+        self.either_side = LinkWaiter([self.out.link, self.consumer.link])
+        self.trainer_side = LinkWaiter([self.out.link])
         self.ratio: float | None = r["replay_ratio"]
         self.updates_per_batch = r["updates_per_batch"]
         #: Env steps per batch at the ratio; a trajectory may overshoot the lead by its own size.
@@ -115,8 +117,7 @@ class BufferWorker(Worker):
             # Idle: sleep until either side can move us on (a trajectory we may take, a
             # trainer's credit or priorities). Taking turns at short timeouts instead woke
             # this worker hundreds of times a second, CPU the trainers on the same cores lost.
-            sides = [self.out.link, self.consumer.link] if self._may_take() else [self.out.link]
-            wait_any(sides, IDLE_WAIT_MS)
+            (self.either_side if self._may_take() else self.trainer_side).wait(IDLE_WAIT_MS)
         if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:
             self.save_contents()
 

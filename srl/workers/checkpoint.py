@@ -72,8 +72,9 @@ def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[
     directory.mkdir(parents=True, exist_ok=True)
     path = _write(path_of(directory, version), version, state, info)
     for old in versions(directory)[:-keep]:
-        path_of(directory, old).unlink(missing_ok=True)
-        path_of(directory, old).with_suffix(".json").unlink(missing_ok=True)
+        stale = path_of(directory, old)
+        stale.unlink(missing_ok=True)
+        stale.with_suffix(".json").unlink(missing_ok=True)
     return path
 
 

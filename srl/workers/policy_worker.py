@@ -23,8 +23,8 @@ from srl.api.graph import Port
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import concat
-from srl.streams.inference import InferenceServer, RequestPoller, serve
-from srl.streams.link import Received
+from srl.streams.inference import InferenceServer, serve
+from srl.streams.link import LinkWaiter, Received
 from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber, open_subscriber
 from srl.workers.base import Worker
@@ -74,7 +74,8 @@ class PolicyWorker(Worker):
             self.served[port.lstrip("/")] = ServedPolicy(policy, subscriber,
                                                          InferenceServer(self.ctx, inf.key, inf.transport))
         env.close()
-        self.requests = RequestPoller([served.server for served in self.served.values()])
+        # One wait on every served policy's server: a request to one never waits out a timeout on another.
+        self.requests = LinkWaiter([served.server.link for served in self.served.values()])
         self.max_wait_s = s["max_wait_ms"] / 1000
         self.samples = 0
         self.batches = 0

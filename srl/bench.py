@@ -116,11 +116,10 @@ def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, Named
 
 
 def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
-    import torch
-
+    from srl.models.numpy_forward import compute_threads
     from srl.workers.components import make_policy
 
-    torch.set_num_threads(1)
+    compute_threads(1)
     config = validate(config_data)
     obs_space, act_space, obs = _policy_inputs(config, batch)
     policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
@@ -134,11 +133,10 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
 
 def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
                   threads: int = 1) -> None:
-    import torch
-
+    from srl.models.numpy_forward import compute_threads
     from srl.workers.components import make_algorithm, make_policy
 
-    torch.set_num_threads(threads)
+    compute_threads(threads)
     config = validate(config_data)
     T = config.actors.trajectory_length
     obs_space, act_space, obs = _policy_inputs(config, 512)

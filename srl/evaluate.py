@@ -98,9 +98,9 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
     (the evaluation goes on until they are over); an env that cannot render raises ValueError
     before any step.
     """
-    import torch
+    from srl.models.numpy_forward import compute_threads
 
-    torch.set_num_threads(1)  # small batches: more threads only contend (as in the workers)
+    compute_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)
     config = read_config_file(str(run_dir / "config.yaml"))
     env_config = config["env"]

@@ -26,7 +26,8 @@ from srl.api.policy import Analysis, ValuePolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, Memory, NetPolicy, obs_tensors, remember
-from srl.models.encoders import ENCODERS
+from srl.models.encoders import ENCODERS, FlattenEncoder
+from srl.models.numpy_forward import Layer, NumpyCopy, flatten_fields, linear_layer, relu_, run_layers, tanh_
 
 Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
@@ -114,6 +115,9 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         self.device = torch.device(device)
         self.net = QNet(observation_space, self.actions, self.config).to(self.device)
         self.version = 0
+        #: A feed-forward net on the CPU acts in NumPy (see srl/models/numpy_forward.py).
+        lean = self.device.type == "cpu" and isinstance(self.net.encoder, FlattenEncoder) and self.net.memory is None
+        self._numpy = NumpyCopy(self.net, self._numpy_layers) if lean else None
         # Workers seed torch per worker identity, so each copy explores with its own stream.
         self.rng = np.random.default_rng(torch.initial_seed())
         self.acted_rows = 0
@@ -142,13 +146,28 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         """Log-probability of `action` under epsilon-greedy around `greedy`."""
         return torch.log(epsilon / self.actions + (1 - epsilon) * (action == greedy).float())
 
+    def _numpy_layers(self) -> list[Layer]:
+        """The torso's layers, then one layer for Q: the dueling combination V + A - mean(A) is
+        linear in the torso's output, so its two heads fold into one matmul."""
+        net = self.net
+        activation = tanh_ if self.config.activation == "tanh" else relu_
+        layers = [linear_layer(linear.weight, linear.bias, activation) for linear in net.torso.linears]
+        weight, bias = net.advantage.weight.detach().numpy(), net.advantage.bias.detach().numpy()
+        if net.value is not None:
+            weight = weight - weight.mean(0, keepdims=True) + net.value.weight.detach().numpy()
+            bias = bias - bias.mean() + net.value.bias.detach().numpy()
+        return [*layers, linear_layer(weight, bias)]
+
     @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
-        # The rest in NumPy: on acting batches (a few to a few hundred rows) each torch call
+        if self._numpy is not None:
+            q, memory = run_layers(self._numpy.layers(), flatten_fields(obs, self.net.encoder.fields)), None
+        else:
+            q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
+            q = q.cpu().numpy()
+        # The rest in NumPy too: on acting batches (a few to a few hundred rows) each torch call
         # costs more than its arithmetic, and acting interleaves with env steps that evict
         # torch's code from the caches, so every call saved counts twice (docs/benchmarks.md).
-        q = q.cpu().numpy()
         greedy = q.argmax(-1)
         value = q.max(-1)
         if deterministic:

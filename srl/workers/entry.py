@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
+from srl.models.numpy_forward import compute_threads
 from srl.streams.link import allow_many_connections
 from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
 from srl.workers.seeding import seed_process, worker_seed
@@ -66,7 +67,7 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     workdir = Path(spec.run_dir) / "workdir" if own_process else Path(ctx.ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
-    torch.set_num_threads(spec.placement.get("threads", 1))  # see `Placement.threads`
+    compute_threads(spec.placement.get("threads", 1))  # see `Placement.threads`
     # Before the worker builds anything random (its policy's initial weights, its envs).
     seed_process(worker_seed(spec.seed, spec.group, spec.index, spec.generation))
     if spec.placement.get("nice"):

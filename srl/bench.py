@@ -116,7 +116,7 @@ def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, Named
 
 
 def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
-    from srl.models.numpy_forward import compute_threads
+    from srl.workers.threads import compute_threads
     from srl.workers.components import make_policy
 
     compute_threads(1)
@@ -133,7 +133,7 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
 
 def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
                   threads: int = 1) -> None:
-    from srl.models.numpy_forward import compute_threads
+    from srl.workers.threads import compute_threads
     from srl.workers.components import make_algorithm, make_policy
 
     compute_threads(threads)

@@ -98,7 +98,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
     (the evaluation goes on until they are over); an env that cannot render raises ValueError
     before any step.
     """
-    from srl.models.numpy_forward import compute_threads
+    from srl.workers.threads import compute_threads
 
     compute_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)

@@ -47,6 +47,49 @@ def test_rollout_and_analyze_agree(name):
     torch.testing.assert_close(without.logprob, analysis.logprob)
 
 
+@pytest.mark.parametrize("name", SPACES)
+def test_numpy_acting_is_the_torch_nets_and_follows_training(name):
+    """Acting runs in NumPy (srl/models/numpy_forward.py): the same modes, log-probs and values
+    as the torch net's, with normalised inputs and a critic of its own inputs, after the
+    statistics and the weights change; and samples drawn from the net's distribution."""
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES[name], hidden=[16, 8], obs_norm=True, critic_inputs=["extra"])
+    assert policy._numpy is not None
+    obs = obs_batch(64)
+
+    def acts_as_the_net() -> None:
+        ours = policy.rollout(obs, NamedArray(), deterministic=True)
+        torch_ = policy._torch_rollout(obs, NamedArray(), deterministic=True)
+        for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
+            assert ours[k].dtype == torch_[k].dtype and ours[k].shape == torch_[k].shape, k
+            np.testing.assert_allclose(ours[k], torch_[k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+    acts_as_the_net()
+    policy.update_statistics(NamedArray({k: 3 * v + 1 for k, v in obs_batch(100).items()}))
+    acts_as_the_net()
+    ppo = PPO(policy, PPOConfig(lr=0.05, epochs=1, minibatches=1))  # fused Adam
+    before = policy.rollout(obs, NamedArray(), deterministic=True)[keys.VALUE]
+    batch = sample_batch(policy)
+    batch[keys.REWARD] = np.random.default_rng(1).standard_normal(batch[keys.TERMINATED].shape).astype(np.float32)
+    ppo.step(batch)
+    assert not np.allclose(policy.rollout(obs, NamedArray(), deterministic=True)[keys.VALUE], before)
+    acts_as_the_net()
+
+    # Sampling: 20,000 draws on one observation follow the net's distribution.
+    one = obs[:1].map(lambda x: np.repeat(x, 20_000, 0))
+    action = policy.rollout(one, NamedArray())[keys.ACTION]
+    with torch.no_grad():
+        dists, _, _ = policy.net({k: torch.as_tensor(v) for k, v in one[:1].items()})
+    if name == "box":
+        np.testing.assert_allclose(action.mean(0), dists[0].mean[0].numpy(), atol=0.03)
+        np.testing.assert_allclose(action.std(0), dists[0].log_std.exp().detach().numpy(), rtol=0.03)
+    else:
+        columns = action.reshape(len(action), -1)
+        for i, dist in enumerate(dists):
+            frequencies = np.bincount(columns[:, i], minlength=dist.logp.shape[-1]) / len(action)
+            np.testing.assert_allclose(frequencies, dist.logp[0].exp().numpy(), atol=0.015)
+
+
 def test_the_critic_reuses_the_actors_flattened_inputs_exactly():
     policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16, 16], share_encoder=False)
     net = policy.net

@@ -132,7 +132,7 @@ def test_numpy_acting_matches_the_torch_net_and_follows_its_weights(dueling, act
 
     acts_as_the_net()
     before = q.rollout(obs, q.initial_state(200), deterministic=True)[keys.VALUE]
-    optimizer = torch.optim.SGD(q.parameters(), lr=0.5)
+    optimizer = torch.optim.Adam(q.parameters(), lr=0.5, fused=True)  # as the algorithms' (writes uncounted)
     q.q_values({keys.OBS: {keys.OBS: torch.as_tensor(observations(8))}}).pow(2).sum().backward()
     optimizer.step()
     assert not np.allclose(q.rollout(obs, q.initial_state(200), deterministic=True)[keys.VALUE], before)

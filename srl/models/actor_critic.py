@@ -15,6 +15,7 @@ through time (truncated at the trajectory length).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -30,7 +31,8 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
-from srl.models.encoders import ENCODERS, ObsNormalizer
+from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
+from srl.models.numpy_forward import Layer, NumpyCopy, flatten_fields, linear_layer, relu_, run_layers, tanh_
 
 #: An LSTM's (h, c), each [B, width].
 Memory = tuple[torch.Tensor, torch.Tensor]
@@ -232,6 +234,18 @@ class ActingModule(nn.Module):
         return action if memory is None else (action, *memory)
 
 
+@dataclasses.dataclass
+class _NumpyActorCritic:
+    """A feed-forward actor-critic's acting pass in NumPy (srl/models/numpy_forward.py)."""
+
+    #: Normalised fields: (field, running mean, 1 / std), float64 as `ObsNormalizer` computes.
+    normalize: list[tuple[str, np.ndarray, np.ndarray]]
+    clip: float
+    actor: list[Layer]  # the torso, then the action head's linear
+    critic: list[Layer]  # the torso, then the value head
+    log_std: np.ndarray | None  # a Gaussian head's
+
+
 class ActorCriticPolicy(NetPolicy):
     Config = ActorCriticConfig
 
@@ -242,9 +256,49 @@ class ActorCriticPolicy(NetPolicy):
         self.device = torch.device(device)
         self.net = ActorCriticNet(observation_space, action_space, self.config).to(self.device)
         self.version = 0
+        net = self.net
+        #: A feed-forward net of flattened fields on the CPU acts in NumPy, drawing from its own
+        #: generator (seeded from torch's, as workers seed it).
+        lean = (self.device.type == "cpu" and net.memory is None and isinstance(net.actor_encoder, FlattenEncoder)
+                and (net.critic_encoder is None or isinstance(net.critic_encoder, FlattenEncoder)))
+        self._numpy = NumpyCopy(net, self._numpy_net) if lean else None
+        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
+
+    def _numpy_net(self) -> _NumpyActorCritic:
+        net = self.net
+        activation = tanh_ if self.config.activation == "tanh" else relu_
+
+        def layers(torso: MLP, head: nn.Linear) -> list[Layer]:
+            return [*(linear_layer(l.weight, l.bias, activation) for l in torso.linears), linear_layer(head.weight, head.bias)]
+
+        normalize, clip = [], 0.0
+        if (norm := net.normalizer) is not None:
+            used = {*net.actor_inputs, *net.critic_inputs}
+            normalize = [(k, getattr(norm, f"{k}_mean").numpy().copy(),
+                          1.0 / np.sqrt(getattr(norm, f"{k}_var").numpy() + norm.eps)) for k in norm.fields if k in used]
+            clip = norm.clip
+        log_std = net.head.log_std.detach().numpy().copy() if not net.head.nvec else None
+        return _NumpyActorCritic(normalize, clip, layers(net.actor, net.head.linear), layers(net.critic, net.value_head), log_std)
+
+    def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+        if self._numpy is not None:
+            return self._numpy_rollout(obs, deterministic)
+        return self._torch_rollout(obs, state, deterministic)
+
+    def _numpy_rollout(self, obs: NamedArray, deterministic: bool) -> NamedArray:
+        numpy_net, net = self._numpy.get(), self.net
+        fields = dict(obs) if numpy_net.normalize else obs
+        for k, mean, inverse_std in numpy_net.normalize:
+            fields[k] = np.clip((fields[k] - mean) * inverse_std, -numpy_net.clip, numpy_net.clip).astype(np.float32)
+        actor_in = flatten_fields(fields, net.actor_encoder.fields)
+        critic_in = actor_in if net.critic_encoder is None else flatten_fields(fields, net.critic_encoder.fields)
+        action, logprob = net.head.sample_numpy(run_layers(numpy_net.actor, actor_in), numpy_net.log_std, self.rng,
+                                                deterministic)
+        value = run_layers(numpy_net.critic, critic_in)[:, 0]
+        return NamedArray({keys.ACTION: action, keys.LOGPROB: logprob, keys.VALUE: value})
 
     @torch.inference_mode()
-    def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+    def _torch_rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool) -> NamedArray:
         dists, value, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
         action = self.net.head.sample(dists, deterministic)
         out = NamedArray({

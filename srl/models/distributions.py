@@ -127,3 +127,25 @@ class ActionHead(nn.Module):
         if not self.nvec:
             return dists[0].entropy()
         return sum(d.entropy() for d in dists)
+
+    def sample_numpy(self, out: np.ndarray, log_std: np.ndarray | None, rng: np.random.Generator,
+                     deterministic: bool) -> tuple[np.ndarray, np.ndarray]:
+        """`sample` and `log_prob` for acting in NumPy (srl/models/numpy_forward.py): the head's
+        linear output `out` [N, ...] (and a copy of `log_std`) to actions and float32 log-probs."""
+        rows = len(out)
+        if not self.nvec:  # the Gaussian: action = mean + std * noise, so its z is the noise
+            noise = np.zeros_like(out) if deterministic else rng.standard_normal(out.shape, np.float32)
+            action = out + np.exp(log_std) * noise
+            logprob = -0.5 * np.square(noise).sum(-1) - (log_std.sum() + out.shape[-1] * DiagonalNormal._HALF_LOG_2PI)
+            return action.reshape(rows, *self.action_shape), logprob.astype(np.float32)
+        parts, logprob = [], 0.0
+        for logits in np.split(out, np.cumsum(self.nvec)[:-1], axis=-1):
+            logp = logits - logits.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            # Gumbel-max, as `Categorical.sample`.
+            action = logp.argmax(-1) if deterministic else (logp - np.log(rng.exponential(size=logp.shape))).argmax(-1)
+            logprob = logprob + np.take_along_axis(logp, action[:, None], -1)[:, 0]
+            parts.append(action)
+        if isinstance(self.space, gym.spaces.Discrete):
+            return parts[0], np.asarray(logprob, np.float32)
+        return np.stack(parts, -1).reshape(rows, *self.action_shape), np.asarray(logprob, np.float32)

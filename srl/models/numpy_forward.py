@@ -7,32 +7,27 @@ dispatch code from the caches, so each call costs about twice its tight-loop tim
 network on the CPU therefore acts through NumPy copies of its layers: one matmul, one add and
 one activation per layer.
 
-The copies follow the module: they are rebuilt whenever one of its parameters changes in
-place (an optimizer step, loaded parameters: torch counts every in-place write in a tensor's
-`_version`) or moves to new memory (shared memory). Training keeps torch.
+The copies follow the module: they are rebuilt after any optimizer step in the process, and
+whenever one of the module's tensors changes in place otherwise (loaded parameters, updated
+statistics: torch counts such writes in a tensor's `_version`) or moves to new memory (shared
+memory). Optimizer steps are counted apart because a fused optimizer writes the parameters
+without counting. Training keeps torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
-import torch
-from threadpoolctl import threadpool_limits
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
+T = TypeVar("T")
 #: An activation applied in place to a float32 array.
 Activation = Callable[[np.ndarray], None]
 #: One layer as NumPy computes it: x @ weight + bias, then the activation (None: linear).
 Layer = tuple[np.ndarray, np.ndarray, Activation | None]
-
-
-def compute_threads(threads: int) -> None:
-    """Run this process's torch and NumPy (BLAS) arithmetic on `threads` threads. Left alone,
-    NumPy's BLAS runs a matmul of a few hundred rows on every core, and its threads spin
-    between calls."""
-    torch.set_num_threads(threads)
-    threadpool_limits(threads, user_api="blas")
 
 
 def relu_(x: np.ndarray) -> None:
@@ -67,17 +62,29 @@ def flatten_fields(obs: Mapping[str, np.ndarray], fields: Sequence[str]) -> np.n
     return parts[0] if len(parts) == 1 else np.concatenate(parts, -1)
 
 
-class NumpyCopy:
-    """NumPy layers built by `build` from `module`'s parameters, rebuilt when any of them changes."""
+#: Optimizer steps taken in this process (any optimizer's).
+_optimizer_steps = [0]
 
-    def __init__(self, module: nn.Module, build: Callable[[], list[Layer]]) -> None:
-        self.params = list(module.parameters())
+
+def _count_step(*_: object) -> None:
+    _optimizer_steps[0] += 1
+
+
+register_optimizer_step_post_hook(_count_step)
+
+
+class NumpyCopy(Generic[T]):
+    """What `build` makes from `module`'s parameters and buffers (NumPy layers), rebuilt when
+    any of them changes."""
+
+    def __init__(self, module: nn.Module, build: Callable[[], T]) -> None:
+        self.tensors = [*module.parameters(), *module.buffers()]
         self.build = build
         self._key: tuple | None = None
-        self._layers: list[Layer] = []
+        self._built: T | None = None
 
-    def layers(self) -> list[Layer]:
-        key = tuple((p.data_ptr(), p._version) for p in self.params)
+    def get(self) -> T:
+        key = (_optimizer_steps[0], *((t.data_ptr(), t._version) for t in self.tensors))
         if key != self._key:
-            self._layers, self._key = self.build(), key
-        return self._layers
+            self._built, self._key = self.build(), key
+        return self._built

@@ -161,7 +161,7 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
     @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         if self._numpy is not None:
-            q, memory = run_layers(self._numpy.layers(), flatten_fields(obs, self.net.encoder.fields)), None
+            q, memory = run_layers(self._numpy.get(), flatten_fields(obs, self.net.encoder.fields)), None
         else:
             q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
             q = q.cpu().numpy()

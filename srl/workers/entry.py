@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
-from srl.models.numpy_forward import compute_threads
+from srl.workers.threads import compute_threads
 from srl.streams.link import allow_many_connections
 from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
 from srl.workers.seeding import seed_process, worker_seed

@@ -158,13 +158,11 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
             bias = bias - bias.mean() + net.value.bias.detach().numpy()
         return [*layers, linear_layer(weight, bias)]
 
-    @torch.inference_mode()
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         if self._numpy is not None:
             q, memory = run_layers(self._numpy.get(), flatten_fields(obs, self.net.encoder.fields)), None
         else:
-            q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
-            q = q.cpu().numpy()
+            q, memory = self._torch_q(obs, state)
         # The rest in NumPy too: on acting batches (a few to a few hundred rows) each torch call
         # costs more than its arithmetic, and acting interleaves with env steps that evict
         # torch's code from the caches, so every call saved counts twice (docs/benchmarks.md).
@@ -178,6 +176,11 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         if memory is not None:
             out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
         return out
+
+    @torch.inference_mode()
+    def _torch_q(self, obs: NamedArray, state: NamedArray) -> tuple[np.ndarray, Memory | None]:
+        q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
+        return q.cpu().numpy(), memory
 
     def _explore(self, greedy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Epsilon-greedy actions around `greedy` and their log-probabilities (float32, as `_logprob`'s)."""

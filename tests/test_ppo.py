@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -73,6 +75,10 @@ def test_numpy_acting_is_the_torch_nets_and_follows_training(name):
     batch[keys.REWARD] = np.random.default_rng(1).standard_normal(batch[keys.TERMINATED].shape).astype(np.float32)
     ppo.step(batch)
     assert not np.allclose(policy.rollout(obs, NamedArray(), deterministic=True)[keys.VALUE], before)
+    acts_as_the_net()
+    policy.net = copy.deepcopy(policy.net)  # a net replaced after construction acts through torch
+    with torch.no_grad():
+        policy.net.value_head.bias.add_(1.0)
     acts_as_the_net()
 
     # Sampling: 20,000 draws on one observation follow the net's distribution.

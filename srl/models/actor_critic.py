@@ -258,9 +258,11 @@ class ActorCriticPolicy(NetPolicy):
         self.version = 0
         net = self.net
         #: A feed-forward net of flattened fields on the CPU acts in NumPy, drawing from its own
-        #: generator (seeded from torch's, as workers seed it).
-        lean = (self.device.type == "cpu" and net.memory is None and isinstance(net.actor_encoder, FlattenEncoder)
-                and (net.critic_encoder is None or isinstance(net.critic_encoder, FlattenEncoder)))
+        #: generator (seeded from torch's, as workers seed it). (Exactly these modules: a subclass
+        #: may compute otherwise.)
+        lean = (self.device.type == "cpu" and type(net) is ActorCriticNet and net.memory is None
+                and type(net.actor_encoder) is FlattenEncoder
+                and (net.critic_encoder is None or type(net.critic_encoder) is FlattenEncoder))
         self._numpy = NumpyCopy(net, self._numpy_net) if lean else None
         self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
 
@@ -281,7 +283,7 @@ class ActorCriticPolicy(NetPolicy):
         return _NumpyActorCritic(normalize, clip, layers(net.actor, net.head.linear), layers(net.critic, net.value_head), log_std)
 
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        if self._numpy is not None:
+        if self._numpy is not None and self._numpy.follows(self.net):
             return self._numpy_rollout(obs, deterministic)
         return self._torch_rollout(obs, state, deterministic)
 

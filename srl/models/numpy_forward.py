@@ -78,10 +78,15 @@ class NumpyCopy(Generic[T]):
     any of them changes."""
 
     def __init__(self, module: nn.Module, build: Callable[[], T]) -> None:
+        self.module = module
         self.tensors = [*module.parameters(), *module.buffers()]
         self.build = build
         self._key: tuple | None = None
         self._built: T | None = None
+
+    def follows(self, module: nn.Module) -> bool:
+        """Whether this copies `module` (a policy whose net was replaced acts through torch)."""
+        return module is self.module
 
     def get(self) -> T:
         key = (_optimizer_steps[0], *((t.data_ptr(), t._version) for t in self.tensors))

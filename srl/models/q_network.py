@@ -116,7 +116,9 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         self.net = QNet(observation_space, self.actions, self.config).to(self.device)
         self.version = 0
         #: A feed-forward net on the CPU acts in NumPy (see srl/models/numpy_forward.py).
-        lean = self.device.type == "cpu" and isinstance(self.net.encoder, FlattenEncoder) and self.net.memory is None
+        #: (Exactly these modules: a subclass may compute otherwise.)
+        lean = (self.device.type == "cpu" and type(self.net) is QNet and type(self.net.encoder) is FlattenEncoder
+                and self.net.memory is None)
         self._numpy = NumpyCopy(self.net, self._numpy_layers) if lean else None
         # Workers seed torch per worker identity, so each copy explores with its own stream.
         self.rng = np.random.default_rng(torch.initial_seed())
@@ -159,7 +161,7 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         return [*layers, linear_layer(weight, bias)]
 
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        if self._numpy is not None:
+        if self._numpy is not None and self._numpy.follows(self.net):
             q, memory = run_layers(self._numpy.get(), flatten_fields(obs, self.net.encoder.fields)), None
         else:
             q, memory = self._torch_q(obs, state)

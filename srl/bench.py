@@ -116,8 +116,8 @@ def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, Named
 
 
 def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
-    from srl.workers.threads import compute_threads
     from srl.workers.components import make_policy
+    from srl.workers.threads import compute_threads
 
     compute_threads(1)
     config = validate(config_data)
@@ -133,8 +133,8 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
 
 def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
                   threads: int = 1) -> None:
-    from srl.workers.threads import compute_threads
     from srl.workers.components import make_algorithm, make_policy
+    from srl.workers.threads import compute_threads
 
     compute_threads(threads)
     config = validate(config_data)

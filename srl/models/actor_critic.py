@@ -32,7 +32,7 @@ from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
-from srl.models.numpy_forward import Layer, NumpyCopy, flatten_fields, linear_layer, relu_, run_layers, tanh_
+from srl.models.numpy_forward import Layer, NumpyCopy, flatten_fields, relu_, run_layers, tanh_, torch_layer
 
 #: An LSTM's (h, c), each [B, width].
 Memory = tuple[torch.Tensor, torch.Tensor]
@@ -271,7 +271,7 @@ class ActorCriticPolicy(NetPolicy):
         activation = tanh_ if self.config.activation == "tanh" else relu_
 
         def layers(torso: MLP, head: nn.Linear) -> list[Layer]:
-            return [*(linear_layer(l.weight, l.bias, activation) for l in torso.linears), linear_layer(head.weight, head.bias)]
+            return [*(torch_layer(linear, activation) for linear in torso.linears), torch_layer(head)]
 
         normalize, clip = [], 0.0
         if (norm := net.normalizer) is not None:

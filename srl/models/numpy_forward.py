@@ -38,12 +38,15 @@ def tanh_(x: np.ndarray) -> None:
     np.tanh(x, out=x)
 
 
-def linear_layer(weight, bias, activation: Activation | None = None) -> Layer:
-    """A layer from a torch linear layer's weight [out, in] and bias [out] (tensors or arrays)."""
-    weight = np.asarray(weight.detach().numpy() if hasattr(weight, "detach") else weight, np.float32)
-    bias = np.asarray(bias.detach().numpy() if hasattr(bias, "detach") else bias, np.float32)
+def linear_layer(weight: np.ndarray, bias: np.ndarray, activation: Activation | None = None) -> Layer:
+    """A layer from a linear layer's weight [out, in] and bias [out] (copied)."""
     # Transposed once here, so each call multiplies row-major arrays.
-    return np.ascontiguousarray(weight.T), bias.copy(), activation
+    return np.ascontiguousarray(weight.T, np.float32), np.array(bias, np.float32), activation
+
+
+def torch_layer(linear: nn.Linear, activation: Activation | None = None) -> Layer:
+    """`linear_layer` of a torch linear layer's current weights."""
+    return linear_layer(linear.weight.detach().numpy(), linear.bias.detach().numpy(), activation)
 
 
 def run_layers(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:

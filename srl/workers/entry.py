@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
-from srl.workers.threads import compute_threads
 from srl.streams.link import allow_many_connections
 from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
 from srl.workers.seeding import seed_process, worker_seed
+from srl.workers.threads import compute_threads
 
 
 def _die_with_parent() -> None:

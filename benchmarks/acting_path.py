@@ -20,6 +20,8 @@ import numpy as np
 
 from srl.api.config import load
 from srl.api.env import spaces_of
+from srl.data import keys
+from srl.data.named_array import NamedArray
 from srl.envs.slot_builder import make_slots
 from srl.workers.components import make_env, make_policy
 from srl.workers.env_ring import EnvRing
@@ -45,7 +47,7 @@ def _time(policy: Any, ring: EnvRing, request: Any, seconds: float, with_env: bo
     steps_before = ring.env_steps
     while time.perf_counter() - start < seconds:
         t = time.perf_counter()
-        reply = policy.rollout(request["obs"], request["rnn_state"] if "rnn_state" in request else {})
+        reply = policy.rollout(request[keys.OBS], NamedArray())  # (feed-forward: no state)
         forward_s += time.perf_counter() - t
         calls += 1
         if with_env:
@@ -77,6 +79,10 @@ def measure(config_name: str, seconds: float, rounds: int) -> dict[str, Any]:
     return {"config": config_name, "rows": ring.slots[0].rows, **results}
 
 
+def _span(values: list[float], form: str = "{:.0f}") -> str:
+    return "–".join(form.format(v) for v in (min(values), max(values)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="+")
@@ -92,9 +98,8 @@ def main() -> None:
         out.append(result)
         for path in ("torch", "numpy"):
             r = result[path]
-            span = lambda xs, f="{:.0f}": "–".join(f.format(x) for x in (min(xs), max(xs)))  # noqa: E731
-            print(f"{name:<16} {result['rows']:>4} {path:<6} {span(r['tight_us']):>16} {span(r['actor_us']):>16} "
-                  f"{span(r['actor_steps_s'], '{:,.0f}'):>22}")
+            print(f"{name:<16} {result['rows']:>4} {path:<6} {_span(r['tight_us']):>16} {_span(r['actor_us']):>16} "
+                  f"{_span(r['actor_steps_s'], '{:,.0f}'):>22}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

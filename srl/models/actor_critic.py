@@ -264,7 +264,7 @@ class ActorCriticPolicy(NetPolicy):
                 and type(net.actor_encoder) is FlattenEncoder
                 and (net.critic_encoder is None or type(net.critic_encoder) is FlattenEncoder))
         self._numpy = NumpyCopy(net, self._numpy_net) if lean else None
-        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
+        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ()))) if lean else None
 
     def _numpy_net(self) -> _NumpyActorCritic:
         net = self.net

@@ -2,8 +2,8 @@
 
 An actor's forward pass runs on a few to a few hundred rows between env steps. There a torch
 call costs more than its arithmetic, and the env's Python code in between evicts torch's
-dispatch code from the caches, so each call costs about twice its tight-loop time
-(docs/benchmarks.md). A NumPy matmul on the same rows costs a fraction of that. A feed-forward
+dispatch code from the caches, so each call costs 1.2-2 times its tight-loop time
+(docs/benchmarks.md, "Acting in NumPy"). A NumPy matmul on the same rows costs a fraction of that. A feed-forward
 network on the CPU therefore acts through NumPy copies of its layers: one matmul, one add and
 one activation per layer.
 
@@ -61,7 +61,7 @@ def run_layers(layers: Sequence[Layer], x: np.ndarray) -> np.ndarray:
 
 def flatten_fields(obs: Mapping[str, np.ndarray], fields: Sequence[str]) -> np.ndarray:
     """The flatten encoder in NumPy: every field [N, ...] flattened and concatenated, as float32."""
-    parts = [np.asarray(obs[k]).reshape(len(obs[k]), -1).astype(np.float32, copy=False) for k in fields]
+    parts = [np.asarray(x).reshape(len(x), -1).astype(np.float32, copy=False) for x in (obs[k] for k in fields)]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, -1)
 
 

@@ -28,8 +28,8 @@ import contextlib
 import re
 import resource
 import secrets
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import zmq

@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         args.batches, args.seconds, args.window, args.warmup = args.batches or [16], 0.5, 0.25, 0.2
 
-    import torch
+    from srl.workers.threads import compute_threads
 
-    torch.set_num_threads(1)  # as in every worker process
+    compute_threads(1)  # as in every worker process
     results: dict[str, Any] = {"load_average": list(os.getloadavg()), "clients": args.clients, "ring": args.ring}
     for model in args.models:
         policy = make_policy(model)

@@ -125,9 +125,9 @@ def transport_costs(seconds: float) -> dict[str, Any]:
         samples[transport] = _line(points)
     # A request's own cost: the serving loop's CPU per observation over the stream, less the
     # forward pass's, times the rows of one request (4 requests a batch: 2 clients x ring 4 / 2).
-    import torch
+    from srl.workers.threads import compute_threads
 
-    torch.set_num_threads(1)
+    compute_threads(1)  # as in every worker process
     requests = {}
     policy = policy_worker.make_policy("mlp")
     batch, per_request = 64, 16

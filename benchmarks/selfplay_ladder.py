@@ -16,14 +16,13 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from srl.api.config import read_config_file
 from srl.api.env import spaces_of
 from srl.league.match import play_games, split_agents
 from srl.league.pool import Pool, pool_path
 from srl.workers import checkpoint
 from srl.workers.components import make_env, make_policy
+from srl.workers.threads import compute_threads
 
 
 def main() -> None:
@@ -36,7 +35,7 @@ def main() -> None:
     parser.add_argument("--against", type=Path, nargs="+", help="other runs: play their newest versions instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    compute_threads(1)
     config = read_config_file(str(args.run / "config.yaml"))
     envs = [make_env(config["env"]) for _ in range(args.envs)]
     seats = split_agents(envs[0].agent_ids, config["self_play"]["learner"])

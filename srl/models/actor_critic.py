@@ -32,7 +32,7 @@ from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
-from srl.models.numpy_forward import Layer, NumpyCopy, flatten_fields, relu_, run_layers, tanh_, torch_layer
+from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fields, run_layers, torch_layer
 
 #: An LSTM's (h, c), each [B, width].
 Memory = tuple[torch.Tensor, torch.Tensor]
@@ -268,7 +268,7 @@ class ActorCriticPolicy(NetPolicy):
 
     def _numpy_net(self) -> _NumpyActorCritic:
         net = self.net
-        activation = tanh_ if self.config.activation == "tanh" else relu_
+        activation = ACTIVATIONS[self.config.activation]
 
         def layers(torso: MLP, head: nn.Linear) -> list[Layer]:
             return [*(torch_layer(linear, activation) for linear in torso.linears), torch_layer(head)]

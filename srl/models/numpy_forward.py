@@ -38,6 +38,10 @@ def tanh_(x: np.ndarray) -> None:
     np.tanh(x, out=x)
 
 
+#: The MLP torsos' activations by their config names.
+ACTIVATIONS: dict[str, Activation] = {"relu": relu_, "tanh": tanh_}
+
+
 def linear_layer(weight: np.ndarray, bias: np.ndarray, activation: Activation | None = None) -> Layer:
     """A layer from a linear layer's weight [out, in] and bias [out] (copied)."""
     # Transposed once here, so each call multiplies row-major arrays.

@@ -27,8 +27,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS, FlattenEncoder
-from srl.models.numpy_forward import (Layer, NumpyCopy, flatten_fields, linear_layer, relu_, run_layers, tanh_,
-                                      torch_layer)
+from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fields, linear_layer, run_layers, torch_layer
 
 Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
@@ -153,7 +152,7 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         """The torso's layers, then one layer for Q: the dueling combination V + A - mean(A) is
         linear in the torso's output, so its two heads fold into one matmul."""
         net = self.net
-        activation = tanh_ if self.config.activation == "tanh" else relu_
+        activation = ACTIVATIONS[self.config.activation]
         layers = [torch_layer(linear, activation) for linear in net.torso.linears]
         weight, bias = net.advantage.weight.detach().numpy(), net.advantage.bias.detach().numpy()
         if net.value is not None:

@@ -177,7 +177,10 @@ def test_cartpole_run_reports_evaluations_on_schedule_and_keeps_a_best_checkpoin
     best = max(line["eval_return_mean"] for line in evals)
     assert evals[-1]["eval_best_return"] >= best
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["eval_best_return"] == evals[-1]["eval_best_return"]
+    # At least the last reported best: an evaluation that ends while the run stops reaches the
+    # summary and best.pt, not metrics.jsonl, whose lines stop with the window that met the stop
+    # (RunMetrics.freeze, tested above). The sidecar pins the summary to the best checkpoint.
+    assert summary["eval_best_return"] >= evals[-1]["eval_best_return"]
     sidecar = json.loads((run_dir / "checkpoints" / "best.json").read_text())
     assert sidecar["eval_return_mean"] == summary["eval_best_return"]
     assert sidecar["version"] == summary["eval_best_version"]

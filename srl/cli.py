@@ -49,6 +49,9 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:  # Ctrl-C while `auto` measures: its processes are stopped, no run started
+        print("srl: interrupted before the run started", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not args.resume:
         run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
         if (run_dir / "summary.json").exists() or (run_dir / "status.json").exists():

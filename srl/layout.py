@@ -36,6 +36,9 @@ no staler than a batch and `trajectory_length` and `batch_steps` are never chang
 
 Measurements are cached per (what they depend on, cores, host) under ~/.cache/srl/layout/, so a
 restarted or resumed run starts at once; a resumed run's config.yaml holds plain numbers anyway.
+
+On a Ray cluster the run is laid out on the one node its groups are pinned to, with that node's
+CPUs, measured there by a Ray task (`ray_node`, `measure_on_ray_node`; docs/layout.md).
 """
 
 from __future__ import annotations
@@ -387,15 +390,75 @@ def cached_measure(config: ExperimentConfig, cores: int, threads: list[int],
     return measured, path, False
 
 
+# ------------------------------------------------------------------------ on a Ray cluster
+#: The worker groups `auto` lays out, by their config section.
+LAID_OUT = ("actors", "policy_workers", "trainers")
+
+
+def ray_node(config: ExperimentConfig, auto: list[str], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one alive node of the cluster (`ray.nodes()`) that every laid-out group is pinned to.
+
+    The model describes one machine's cores shared by the samplers and the trainer, so a cluster
+    run is laid out on one node: the groups must name the same `placement.resources`, and those
+    must match exactly one alive node (a label only that node has). Raises ConfigError.
+    """
+    wanted = {section: getattr(config, section).placement.resources for section in LAID_OUT}
+    kinds = {json.dumps(resources, sort_keys=True) for resources in wanted.values()}
+    if len(kinds) > 1:
+        given = ", ".join(f"{section}: {resources}" for section, resources in wanted.items())
+        raise ConfigError(f"{auto[0]}: `auto` on a Ray cluster lays out one node, so actors, policy_workers and "
+                          f"trainers must name the same placement.resources ({given})")
+    resources = wanted["actors"]
+    alive = [n for n in nodes if n.get("Alive")]
+    matching = [n for n in alive if all(name in n.get("Resources", {}) for name in resources)]
+    if len(matching) != 1:
+        label = f"placement.resources {resources}" if resources else "no placement.resources"
+        raise ConfigError(f"{auto[0]}: `auto` on a Ray cluster lays out one node, and {label} matches "
+                          f"{len(matching)} of the cluster's {len(alive)} alive nodes: pin the groups to one node "
+                          f"with a resource only that node has (docs/cluster.md)")
+    node = matching[0]
+    if node["Resources"].get("CPU", 0) < 1:
+        raise ConfigError(f"{auto[0]}: node {node.get('NodeManagerAddress')} offers Ray no whole CPU to lay out")
+    return node
+
+
+def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: Callable[[int], list[int]],
+                        say: Callable[[str], None]) -> tuple[Measured, Path, bool, dict[str, Any]]:
+    """`cached_measure` run on the run's node as a Ray task, on the CPUs Ray gives that node.
+
+    Returns (the measurements, their cache file on that node, from cache, the node)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=config.ray.address, log_to_driver=False, configure_logging=False)
+    try:
+        node = ray_node(config, auto, ray.nodes())
+        cores = int(node["Resources"]["CPU"])
+        where = {"ip": node["NodeManagerAddress"], "id": node["NodeID"], "cpus": cores}
+        say(f"the layout's rates come from node {where['ip']} ({cores} CPUs): measured there by a Ray task, "
+            f"once, then read from that node's cache")
+        # No CPU reserved: the task's processes measure the node's CPUs themselves, and no run is there yet.
+        task = ray.remote(num_cpus=0, max_retries=0)(cached_measure).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+        ref = task.remote(config, cores, threads_on(cores))
+        try:
+            measured, path, from_cache = ray.get(ref, timeout=900)
+        except BaseException:
+            # Ctrl-C (or no answer): interrupt the task, whose measuring stops the processes it started.
+            ray.cancel(ref)
+            ray.wait([ref], timeout=30)
+            raise
+        return measured, path, from_cache, where
+    finally:
+        ray.shutdown()
+
+
 def refuse(config: ExperimentConfig, auto: list[str]) -> None:
     """A ConfigError naming the first `auto` field, where the model does not describe the run."""
     from srl.bench import _replay_settings
 
     why = None
-    if config.launcher == "ray":
-        why = ("measures this machine's cores; on a Ray cluster set the layout by hand "
-               "(docs/layout.md says how it would measure each node)")
-    elif config.policies or config.population is not None:
+    if config.policies or config.population is not None:
         why = "is measured for one policy trained once; set the layout by hand with `policies:` or `population:`"
     elif config.policy_workers.device != "cpu" or config.trainers.device != "cpu":
         why = "measures CPU workers; with a GPU device set the layout by hand"
@@ -416,19 +479,32 @@ def resolve(config: ExperimentConfig, auto: list[str], cores: int | None = None,
     `config` was validated with the `auto` fields left out (`take_auto`). Raises ConfigError.
     """
     refuse(config, auto)
-    cores = cores or cores_available()
     data = config.model_dump(mode="json")
     fixed = {name: _get(data, name) for name in AUTO_FIELDS if name not in auto}
-    # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
-    threads = sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed.get("trainers.placement.threads", 1)})
-    measured, path, from_cache = cached_measure(config, cores, threads, say)
+
+    def threads_on(cores: int) -> list[int]:
+        # Powers of two up to the cores (and a fixed count): one cache entry serves every run of the config.
+        return sorted({2**k for k in range(int(math.log2(cores)) + 1)} | {fixed.get("trainers.placement.threads", 1)})
+
+    node = None
+    if config.launcher == "ray" and config.ray.address is not None:
+        measured, path, from_cache, node = measure_on_ray_node(config, auto, threads_on, say)
+        cores = measured.cores
+    else:  # this machine (a private Ray cluster, `ray.address` unset, runs here too)
+        cores = cores or cores_available()
+        measured, path, from_cache = cached_measure(config, cores, threads_on(cores), say)
     shape = Shape(config.actors.trajectory_length, config.trainers.batch_steps, config.trainers.count,
                   config.streams.sample_slots, fixed)
     choice = choose(measured, shape)
     for name, value in choice.best.layout.fields().items():
         _set(data, name, value)
+    if node is not None:
+        # Ray reserves `placement.num_cpus` for each worker: the chosen processes must fit the node.
+        share = round(cores / (choice.best.layout.processes + config.trainers.count), 4)
+        for section in LAID_OUT:
+            data[section]["placement"]["num_cpus"] = min(data[section]["placement"]["num_cpus"], share)
     resolved = validate_structure(data)
-    record = {"auto": auto, "cores": cores, "chosen": choice.best.layout.fields(),
+    record = {"auto": auto, "cores": cores, "node": node, "chosen": choice.best.layout.fields(),
               "predicted_trained_steps_per_s": round(choice.best.trained, 1), "bound": choice.best.bound,
               "limits": {k: round(v, 1) for k, v in choice.best.limits.items()}, "reason": choice.reason,
               "measured": asdict(measured), "measurements": str(path), "from_cache": from_cache,
@@ -441,7 +517,8 @@ def describe(record: dict[str, Any]) -> str:
     """One line: the chosen fields and why."""
     chosen = " ".join(f"{k}={v}" for k, v in record["chosen"].items() if k in record["auto"])
     kept = " ".join(f"{k}={v}" for k, v in record["chosen"].items() if k not in record["auto"])
-    return f"layout {chosen}{f' (kept {kept})' if kept else ''} on {record['cores']} cores: {record['reason']}"
+    where = f"{record['cores']} cores" + (f" of node {record['node']['ip']}" if record.get("node") else "")
+    return f"layout {chosen}{f' (kept {kept})' if kept else ''} on {where}: {record['reason']}"
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -124,9 +125,53 @@ def test_auto_elsewhere_is_one_clear_error():
 
 def test_auto_is_refused_where_the_model_does_not_hold():
     data, auto = cfg.take_auto(cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"),
-                                                   ["actors.count=auto", "launcher=ray"]))
-    with pytest.raises(ConfigError, match="actors.count: `auto` measures this machine's cores"):
-        layout.resolve(cfg.validate(data), auto)
+                                                   ["actors.count=auto", "trainers.device=cuda"]))
+    with pytest.raises(ConfigError, match="actors.count: `auto` measures CPU workers"):
+        layout.refuse(cfg.validate_structure(data), auto)
+
+
+def _node(ip, cpus, *labels, alive=True):
+    return {"NodeManagerAddress": ip, "NodeID": ip, "Alive": alive,
+            "Resources": {"CPU": cpus, f"node:{ip}": 1.0, **{label: 1.0 for label in labels}}}
+
+
+def _ray_config(*overrides):
+    data, auto = cfg.take_auto(cfg.apply_overrides(cfg.read_config_file("cartpole-ppo"),
+                                                   ["actors.count=auto", "launcher=ray", *overrides]))
+    return cfg.validate(data), auto
+
+
+def test_on_a_ray_cluster_auto_lays_out_the_one_node_the_groups_are_pinned_to():
+    nodes = [_node("10.0.0.1", 8.0, "head"), _node("10.0.0.2", 16.0, "big"), _node("10.0.0.3", 16.0, "big", alive=False)]
+    pinned = [f"{section}.placement.resources={{big: 0.01}}" for section in layout.LAID_OUT]
+    config, auto = _ray_config(*pinned)
+    assert layout.ray_node(config, auto, nodes)["NodeManagerAddress"] == "10.0.0.2"  # the dead one does not count
+    single = [_node("10.0.0.9", 4.0)]
+    config, auto = _ray_config()
+    assert layout.ray_node(config, auto, single)["NodeManagerAddress"] == "10.0.0.9"  # unpinned on a one-node cluster
+    with pytest.raises(ConfigError, match="matches 2 of the cluster's 2 alive nodes"):
+        layout.ray_node(config, auto, nodes[:2])  # unpinned, two nodes: the workers could spread over both
+    config, auto = _ray_config("actors.placement.resources={big: 0.01}")
+    with pytest.raises(ConfigError, match="actors, policy_workers and trainers must name the same placement.resources"):
+        layout.ray_node(config, auto, nodes)
+    config, auto = _ray_config(*[p.replace("big", "gpu") for p in pinned])
+    with pytest.raises(ConfigError, match=r"placement.resources \{'gpu': 0.01\} matches 0 of"):
+        layout.ray_node(config, auto, nodes)
+
+
+def test_a_layout_chosen_for_a_ray_node_asks_no_more_cpus_than_the_node_has(monkeypatch):
+    # Four actors and a trainer on 2 CPUs: 0.5 CPU each would not fit.
+    measured = Measured(2, 20_000, {b: 1_000_000.0 for b in (1, 64)}, {1: 1_000_000.0, 2: 1_000_000.0})
+    node = {"ip": "10.0.0.2", "id": "n2", "cpus": 2}
+    monkeypatch.setattr(layout, "measure_on_ray_node", lambda config, auto, threads_on, say: (
+        Measured(2, measured.env, measured.inference, {t: measured.learner[t] for t in threads_on(2)}),
+        Path("cache.json"), False, node))
+    config, auto = _ray_config("ray.address=10.0.0.1:6379", "actors.count=4", "actors.envs_per_slot=auto")
+    chosen, record = layout.resolve(config, auto)
+    processes = chosen.actors.count + chosen.trainers.count
+    assert processes == 5 and record["node"] == node and record["cores"] == 2
+    assert chosen.actors.placement.num_cpus * processes <= 2 and chosen.trainers.placement.num_cpus <= 0.4
+    assert "on 2 cores of node 10.0.0.2" in layout.describe(record)
 
 
 def test_measurements_are_cached_per_config_and_cores(monkeypatch, tmp_path):

@@ -20,8 +20,9 @@ from srl.launch.loopback_ray import HEAD, SECOND, loopback_ray_cluster  # noqa: 
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with loopback_ray_cluster() as running:
+def cluster(tmp_path_factory):
+    # The nodes' workers keep their measurements for `auto` layouts in a cache of the cluster's own.
+    with loopback_ray_cluster(env={"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("node-cache"))}) as running:
         yield running
 
 
@@ -217,3 +218,21 @@ def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_chec
     assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]  # actors and eval read one copy
     assert all(line["eval_episodes"] == 4 for line in evaluated(run_dir))
     assert (run_dir / "checkpoints" / "best.pt").exists()
+
+def test_auto_measures_and_lays_out_the_node_the_groups_are_pinned_to(cluster, run_srl, tmp_path):
+    """`actors.count=auto` on a cluster: the rates are measured by a Ray task on the second node (the
+    driver runs on the head), on the CPUs Ray gives that node, and the chosen layout runs there."""
+    run_dir = tmp_path / "run"
+    pinned = [f"{section}.placement.resources={{node2: 0.01}}" for section in ("actors", "policy_workers", "trainers")]
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={cluster.address}",
+                     "actors.count=auto", "trainers.batch_steps=512", *pinned,
+                     "stop.env_steps=10000", "log.tensorboard=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((run_dir / "layout.json").read_text())
+    assert record["node"]["ip"] == SECOND and record["cores"] == 2 and not record["from_cache"]
+    assert record["measured"]["cores"] == 2 and record["measured"]["env"] > 0
+    count = record["chosen"]["actors.count"]
+    assert f"srl: layout actors.count={count} " in result.stderr and f"on 2 cores of node {SECOND}" in result.stderr
+    workers = json.loads((run_dir / "status.json").read_text())["workers"]
+    assert {w["host"] for w in workers} == {SECOND}
+    assert sum(w["kind"] == "actor" for w in workers) == count

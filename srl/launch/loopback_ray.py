@@ -53,11 +53,13 @@ def _free_port(host: str) -> int:
 
 
 @contextlib.contextmanager
-def loopback_ray_cluster(cpus: int = 2) -> Iterator[LoopbackCluster]:
-    """Start the two nodes, yield the cluster, stop its processes; RuntimeError if any outlive that."""
+def loopback_ray_cluster(cpus: int = 2, env: dict[str, str] | None = None) -> Iterator[LoopbackCluster]:
+    """Start the two nodes, yield the cluster, stop its processes; RuntimeError if any outlive that.
+
+    `env`: variables set for the nodes' processes (and so their workers) beyond this process's own."""
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     cluster = LoopbackCluster(f"{HEAD}:{_free_port(HEAD)}", tempfile.mkdtemp(prefix="srl-ray-"))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0"}
     common = [f"--num-cpus={cpus}", f"--temp-dir={cluster.temp_dir}", "--disable-usage-stats"]
     try:
         subprocess.run([ray_cli, "start", "--head", f"--node-ip-address={HEAD}", f"--port={cluster.address.split(':')[1]}",

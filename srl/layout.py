@@ -399,15 +399,19 @@ def ray_node(config: ExperimentConfig, auto: list[str], nodes: list[dict[str, An
     """The one alive node of the cluster (`ray.nodes()`) that every laid-out group is pinned to.
 
     The model describes one machine's cores shared by the samplers and the trainer, so a cluster
-    run is laid out on one node: the groups must name the same `placement.resources`, and those
-    must match exactly one alive node (a label only that node has). Raises ConfigError.
+    run is laid out on one node: the groups must name the same `placement.resources` (policy
+    workers only where inference may be remote), and those must match exactly one alive node (a
+    label only that node has). Raises ConfigError.
     """
-    wanted = {section: getattr(config, section).placement.resources for section in LAID_OUT}
+    # Policy workers run only with remote inference: an inline run need not place them.
+    inline = "actors.inference" not in auto and config.actors.inference == "inline"
+    sections = [section for section in LAID_OUT if not (inline and section == "policy_workers")]
+    wanted = {section: getattr(config, section).placement.resources for section in sections}
     kinds = {json.dumps(resources, sort_keys=True) for resources in wanted.values()}
     if len(kinds) > 1:
         given = ", ".join(f"{section}: {resources}" for section, resources in wanted.items())
-        raise ConfigError(f"{auto[0]}: `auto` on a Ray cluster lays out one node, so actors, policy_workers and "
-                          f"trainers must name the same placement.resources ({given})")
+        raise ConfigError(f"{auto[0]}: `auto` on a Ray cluster lays out one node, so {', '.join(sections)} "
+                          f"must name the same placement.resources ({given})")
     resources = wanted["actors"]
     alive = [n for n in nodes if n.get("Alive")]
     matching = [n for n in alive if all(name in n.get("Resources", {}) for name in resources)]

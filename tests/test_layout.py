@@ -152,7 +152,14 @@ def test_on_a_ray_cluster_auto_lays_out_the_one_node_the_groups_are_pinned_to():
     with pytest.raises(ConfigError, match="matches 2 of the cluster's 2 alive nodes"):
         layout.ray_node(config, auto, nodes[:2])  # unpinned, two nodes: the workers could spread over both
     config, auto = _ray_config("actors.placement.resources={big: 0.01}")
-    with pytest.raises(ConfigError, match="actors, policy_workers and trainers must name the same placement.resources"):
+    with pytest.raises(ConfigError, match="actors, trainers must name the same placement.resources"):
+        layout.ray_node(config, auto, nodes)
+    # Inline inference as the config fixes it: no policy worker runs, so none need be pinned ...
+    config, auto = _ray_config(*pinned[::2])
+    assert layout.ray_node(config, auto, nodes)["NodeManagerAddress"] == "10.0.0.2"
+    # ... but where `auto` may choose remote inference, the policy workers must be on the node too.
+    config, auto = _ray_config(*pinned[::2], "actors.inference=auto")
+    with pytest.raises(ConfigError, match="actors, policy_workers, trainers must name the same"):
         layout.ray_node(config, auto, nodes)
     config, auto = _ray_config(*[p.replace("big", "gpu") for p in pinned])
     with pytest.raises(ConfigError, match=r"placement.resources \{'gpu': 0.01\} matches 0 of"):

@@ -49,9 +49,6 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except KeyboardInterrupt:  # Ctrl-C while `auto` measures: its processes are stopped, no run started
-        print("srl: interrupted before the run started", file=sys.stderr)
-        return EXIT_INTERRUPTED
     if not args.resume:
         run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
         if (run_dir / "summary.json").exists() or (run_dir / "status.json").exists():
@@ -195,11 +192,7 @@ def _bench(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from srl.bench import print_table, run_bench
 
-    try:
-        result = run_bench(config, args.seconds, args.cores)
-    except KeyboardInterrupt:
-        print("srl: bench interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    result = run_bench(config, args.seconds, args.cores)
     print_table(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
@@ -447,7 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command not in ("train", "bench"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        # Ctrl-C that a command does not take itself (a run stops gracefully and returns its
+        # summary): whatever it started was stopped on the way out (the bench's runs, `auto`'s
+        # measuring processes); one line, no traceback.
+        print(f"srl: {args.command} interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -407,8 +407,7 @@ def ray_node(config: ExperimentConfig, auto: list[str], nodes: list[dict[str, An
     inline = "actors.inference" not in auto and config.actors.inference == "inline"
     sections = [section for section in LAID_OUT if not (inline and section == "policy_workers")]
     wanted = {section: getattr(config, section).placement.resources for section in sections}
-    kinds = {json.dumps(resources, sort_keys=True) for resources in wanted.values()}
-    if len(kinds) > 1:
+    if any(resources != wanted["actors"] for resources in wanted.values()):
         given = ", ".join(f"{section}: {resources}" for section, resources in wanted.items())
         raise ConfigError(f"{auto[0]}: `auto` on a Ray cluster lays out one node, so {', '.join(sections)} "
                           f"must name the same placement.resources ({given})")

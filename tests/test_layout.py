@@ -142,7 +142,8 @@ def _ray_config(*overrides):
 
 
 def test_on_a_ray_cluster_auto_lays_out_the_one_node_the_groups_are_pinned_to():
-    nodes = [_node("10.0.0.1", 8.0, "head"), _node("10.0.0.2", 16.0, "big"), _node("10.0.0.3", 16.0, "big", alive=False)]
+    nodes = [_node("10.0.0.1", 8.0, "head"), _node("10.0.0.2", 16.0, "big"),
+             _node("10.0.0.3", 16.0, "big", alive=False)]
     pinned = [f"{section}.placement.resources={{big: 0.01}}" for section in layout.LAID_OUT]
     config, auto = _ray_config(*pinned)
     assert layout.ray_node(config, auto, nodes)["NodeManagerAddress"] == "10.0.0.2"  # the dead one does not count
@@ -168,11 +169,9 @@ def test_on_a_ray_cluster_auto_lays_out_the_one_node_the_groups_are_pinned_to():
 
 def test_a_layout_chosen_for_a_ray_node_asks_no_more_cpus_than_the_node_has(monkeypatch):
     # Four actors and a trainer on 2 CPUs: 0.5 CPU each would not fit.
-    measured = Measured(2, 20_000, {b: 1_000_000.0 for b in (1, 64)}, {1: 1_000_000.0, 2: 1_000_000.0})
     node = {"ip": "10.0.0.2", "id": "n2", "cpus": 2}
     monkeypatch.setattr(layout, "measure_on_ray_node", lambda config, auto, threads_on, say: (
-        Measured(2, measured.env, measured.inference, {t: measured.learner[t] for t in threads_on(2)}),
-        Path("cache.json"), False, node))
+        Measured(2, 20_000, {1: 1e6, 64: 1e6}, {t: 1e6 for t in threads_on(2)}), Path("cache.json"), False, node))
     config, auto = _ray_config("ray.address=10.0.0.1:6379", "actors.count=4", "actors.envs_per_slot=auto")
     chosen, record = layout.resolve(config, auto)
     processes = chosen.actors.count + chosen.trainers.count

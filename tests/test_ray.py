@@ -219,6 +219,7 @@ def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_chec
     assert all(line["eval_episodes"] == 4 for line in evaluated(run_dir))
     assert (run_dir / "checkpoints" / "best.pt").exists()
 
+
 def test_auto_measures_and_lays_out_the_node_the_groups_are_pinned_to(cluster, run_srl, tmp_path):
     """`actors.count=auto` on a cluster: the rates are measured by a Ray task on the second node (the
     driver runs on the head), on the CPUs Ray gives that node, and the chosen layout runs there."""

@@ -250,4 +250,7 @@ def test_cartpole_appo_reaches_475_learning_from_every_stale_sample(run_srl, tmp
     assert summary["episode_return_mean"] >= 475, summary
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records and all(r["dropped_stale"] == 0 for r in records)
-    assert max(r["train"].get("version_lag", 0) for r in records) > 1  # what a bound of 1 would have dropped
+    # Samples past the bound, which PPO would have dropped, were learned from. (Not the mean
+    # lag: on a fast box the trainer keeps up and a batch's mean lag stays at 1, while its
+    # oldest actions, which the bound looks at, are older.)
+    assert records[-1]["kept_stale"] > 0, records[-1]

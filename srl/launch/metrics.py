@@ -97,7 +97,8 @@ class RunMetrics:
         line = {"time_s": round(elapsed, 3), "env_steps": self.total("env_steps", workers), "fps": round(fps, 1),
                 "episode_return_mean": self.return_mean, "episodes": len(self.returns),
                 "policy_version": policy_version(workers), "trained_steps": self.total("trained_steps", workers),
-                "dropped_stale": sum(int(w.stats.get("dropped_stale", 0)) for w in workers), "train": train,
+                **{counter: sum(int(w.stats.get(counter, 0)) for w in workers)
+                   for counter in ("dropped_stale", "kept_stale")}, "train": train,
                 "episode_returns": returns, **self.policy_return_means()}
         if self.episode_stats:
             line["env"] = self.env_stats()

@@ -42,8 +42,9 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
               "{requests_per_batch:.1f} req/batch", "{sample_queue} queued", "{queue}",
               # A replay buffer: what it holds, in how much memory, and the batches it sends.
               "{held_steps:,}/{capacity:,} steps", "{memory_mb:,.0f} MB", "{batches_out_per_s:,.0f} batches/s"),
-    # How many versions behind the trainer's policy its samples were, and samples dropped as too stale.
-    "staleness": ("lag {version_lag:.2f}", "dropped {dropped_stale:,}"),
+    # How many versions behind the trainer's policy its samples were, and samples past the bound: dropped, or
+    # kept by an algorithm that corrects for staleness.
+    "staleness": ("lag {version_lag:.2f}", "dropped {dropped_stale:,}", "kept {kept_stale:,}"),
 }
 
 #: status.json older than this means the controller has stopped writing it (it writes ~1/s).

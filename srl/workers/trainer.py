@@ -97,6 +97,8 @@ class TrainerWorker(Worker):
         self.buffered = 0
         self.trained_steps = 0
         self.dropped_stale = 0
+        #: Env steps past the bound that an algorithm correcting for staleness learned from.
+        self.kept_stale = 0
         self.rollbacks = 0
         self.train_time = 0.0
         #: Per training step: its seconds, and how many versions behind the policy its samples were.
@@ -118,6 +120,7 @@ class TrainerWorker(Worker):
             if stale and not self.algorithm.corrects_staleness:
                 self.dropped_stale += steps
             else:
+                self.kept_stale += steps if stale else 0
                 self.buffer.append(batch)
                 self.buffered += steps
             if self.buffered >= self.batch_steps:
@@ -242,7 +245,7 @@ class TrainerWorker(Worker):
             return {}
         return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
                 "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
-                "dropped_stale": self.dropped_stale, "rollbacks": self.rollbacks, "dropped": self.consumer.dropped,
+                "dropped_stale": self.dropped_stale, "kept_stale": self.kept_stale, "rollbacks": self.rollbacks, "dropped": self.consumer.dropped,
                 "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
                 "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),

@@ -74,7 +74,11 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         for line in _changes(previous_config, config):
             print(f"srl: resuming with {line}", file=sys.stderr)
-    summary = controller.run()
+    try:
+        summary = controller.run()
+    except ConfigError as exc:  # settings only checkable on the cluster (a placement no node can take)
+        print(f"srl: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     print(json.dumps(summary, indent=1))
     return 0 if not summary.get("errors") else 1
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import defaultdict
 import shutil
 import signal
 import tempfile
@@ -22,6 +23,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from srl.api.config import ConfigError
 from srl.launch.launcher import Launcher
 from srl.streams import shm
 from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
@@ -48,6 +50,55 @@ def _clean_node(run_id: str) -> list[str]:
         if entry.startswith(f"srl-{run_id}-"):
             shutil.rmtree(os.path.join(tempfile.gettempdir(), entry), ignore_errors=True)
     return removed
+
+
+def _asks(options: dict[str, Any]) -> dict[str, float]:
+    """What one worker's actor asks of a node, as Ray names the resources."""
+    asks = {"CPU": options["num_cpus"], "GPU": options["num_gpus"], **options["resources"]}
+    return {name: float(amount) for name, amount in asks.items() if amount > 0}
+
+
+def unplaceable(asks: dict[str, dict[str, float]], nodes: list[dict[str, Any]]) -> str | None:
+    """Why workers asking `asks` (worker -> resource -> amount) could never all be placed on
+    the alive nodes of `ray.nodes()`, judged by the nodes' total resources; None if they might.
+
+    Ray waits for resources that are only busy, and for ones no node will ever have, alike;
+    this catches the second kind before a run waits on it. Two checks, both necessary: each
+    worker fits some node on its own, and the workers that fit only on some set of nodes ask
+    no more of each resource than those nodes hold in all. (Packing whole workers onto nodes
+    may fail even so; Ray's own wait covers that.)"""
+    alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
+    where = lambda ids: ", ".join(sorted(alive[i].get("NodeManagerAddress", i) for i in ids))  # noqa: E731
+    fits: dict[str, frozenset[str]] = {}
+    for worker, ask in asks.items():
+        fits[worker] = frozenset(i for i, n in alive.items()
+                                 if all(n.get("Resources", {}).get(r, 0.0) >= amount for r, amount in ask.items()))
+        if not fits[worker]:
+            have = "; ".join(f"{n.get('NodeManagerAddress', i)}: {_public(n.get('Resources', {}))}"
+                             for i, n in alive.items())
+            return (f"worker {worker} asks for {_public(ask)}, which none of the cluster's {len(alive)} alive nodes "
+                    f"has ({have}); lower its group's placement or add such a node")
+    for nodes_set in set(fits.values()):
+        confined = [w for w, f in fits.items() if f <= nodes_set]
+        demand: dict[str, float] = defaultdict(float)
+        for worker in confined:
+            for r, amount in asks[worker].items():
+                demand[r] += amount
+        for r, amount in demand.items():
+            supply = sum(alive[i].get("Resources", {}).get(r, 0.0) for i in nodes_set)
+            if amount > supply + 1e-9:
+                groups = sorted({w.rsplit(".", 1)[0] for w in confined})
+                return (f"the {len(confined)} workers that fit only on node(s) {where(nodes_set)} (groups "
+                        f"{', '.join(groups)}) ask for {amount:g} {r} in all, and those nodes have {supply:g}; "
+                        f"lower the groups' placement.num_cpus (or num_gpus, resources) or add nodes")
+    return None
+
+
+def _public(resources: dict[str, float]) -> str:
+    """A node's resources without Ray's internal ones (memory, node:IP labels)."""
+    shown = {r: v for r, v in resources.items()
+             if r not in ("memory", "object_store_memory") and not r.startswith("node:")}
+    return ", ".join(f"{r} {v:g}" for r, v in sorted(shown.items())) or "nothing"
 
 
 class RayLauncher(Launcher):
@@ -78,7 +129,12 @@ class RayLauncher(Launcher):
             if placement.get("near"):  # on the same node as another worker (a relay beside its readers)
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.nodes[placement["near"]], soft=False)
             self.options[spec.name] = options
-            self.actors[spec.name] = _WorkerActor.options(**options).remote()
+        why = unplaceable({s.name: _asks(self.options[s.name]) for s in specs if not (s.placement or {}).get("near")},
+                          ray.nodes())
+        if why:
+            raise ConfigError(f"placement: {why}")
+        for spec in specs:
+            self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
         where = ray.get([self.actors[s.name].where.remote() for s in specs], timeout=300)
         for spec, (host, pid, node) in zip(specs, where):
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = host, pid, node

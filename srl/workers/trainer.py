@@ -245,7 +245,8 @@ class TrainerWorker(Worker):
             return {}
         return {"policy_version": self.policy.version, "trained_steps": self.trained_steps,
                 "fps": self.trained_steps / max(time.monotonic() - self.started, 1e-9),
-                "dropped_stale": self.dropped_stale, "kept_stale": self.kept_stale, "rollbacks": self.rollbacks, "dropped": self.consumer.dropped,
+                "dropped_stale": self.dropped_stale, "kept_stale": self.kept_stale, "rollbacks": self.rollbacks,
+                "dropped": self.consumer.dropped,
                 "dropped_oldest": getattr(self.consumer, "dropped_oldest", 0),
                 "train_fps": self.trained_steps / max(self.train_time, 1e-9), "train": self.last_stats,
                 "step_ms": self.step_time.take(1000), "version_lag": self.version_lag.take(),

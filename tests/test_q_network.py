@@ -73,6 +73,21 @@ def test_epsilon_anneals_over_acted_rows_and_deterministic_acting_is_greedy():
                                rtol=1e-5, atol=1e-6)  # (acting rounds as NumPy does)
 
 
+def test_each_copy_explores_with_its_own_stream_and_a_seed_repeats_them():
+    def explored(copies):
+        obs = NamedArray({keys.OBS: observations(256)})
+        for q in copies:
+            q.acting_as(0, 1)  # epsilon 1: every action is the exploration stream's
+        return [q.rollout(obs, NamedArray())[keys.ACTION] for q in copies]
+
+    torch.manual_seed(5)
+    first, second = explored([QNetworkPolicy(SPACE, gym.spaces.Discrete(ACTIONS), epsilon_start=1.0) for _ in range(2)])
+    assert (first != second).mean() > 0.5  # two copies in one process (a policy worker and its opponent, say)
+    torch.manual_seed(5)
+    again = explored([QNetworkPolicy(SPACE, gym.spaces.Discrete(ACTIONS), epsilon_start=1.0) for _ in range(2)])
+    assert (again[0] == first).all() and (again[1] == second).all()
+
+
 def test_apex_gives_each_actor_a_fixed_epsilon():
     epsilons = []
     for actor in range(8):

@@ -121,8 +121,9 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         lean = (self.device.type == "cpu" and type(self.net) is QNet and type(self.net.encoder) is FlattenEncoder
                 and self.net.memory is None)
         self._numpy = NumpyCopy(self.net, self._numpy_layers) if lean else None
-        # Workers seed torch per worker identity, so each copy explores with its own stream.
-        self.rng = np.random.default_rng(torch.initial_seed())
+        # Drawn from torch's generator, which workers seed per worker identity: the same seed
+        # gives the same stream, and each copy (two in one process too) explores with its own.
+        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
         self.acted_rows = 0
         #: Until an actor acts with this copy, it explores as a trained policy: at epsilon_end (Ape-X:
         #: as its greediest actor, epsilon_end ** (1 + apex_alpha)).

@@ -241,9 +241,12 @@ def test_auto_measures_and_lays_out_the_node_the_groups_are_pinned_to(cluster, r
 
 def test_a_hand_layout_no_node_can_hold_is_refused_at_once(cluster, run_srl, tmp_path):
     """Four actors of one CPU each pinned to a 2-CPU node: Ray would wait for them for ever."""
-    result = run_srl("train", "cartpole-ppo", "--run-dir", str(tmp_path / "run"), "launcher=ray",
+    run_dir = tmp_path / "run"
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray",
                      f"ray.address={cluster.address}", "actors.count=4", "actors.placement.num_cpus=1",
                      "actors.placement.resources={node2: 0.01}", "log.tensorboard=false", timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert (f"srl: config error: placement: the 4 workers that fit only on node(s) {SECOND} (groups actor) ask for "
-            "4 CPU in all, and those nodes have 2") in result.stderr
+    why = (f"placement: the 4 workers that fit only on node(s) {SECOND} (groups actor) ask for 4 CPU in all, "
+           "and those nodes have 2")
+    assert f"srl: config error: {why}" in result.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"].startswith(f"config error: {why}")

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from srl.api.config import ExperimentConfig, dump
+from srl.api.config import ConfigError, ExperimentConfig, dump
 from srl.api.graph import resolve
 from srl.api.registry import WORKERS
 from srl.launch import tracking
@@ -117,7 +117,11 @@ class Controller:
                 paths = [checkpoint.latest(d) for d in directories or [self.run_dir.path / "checkpoints"]]
                 steps = [int(checkpoint.info(path).get("env_steps", 0)) for path in paths if path is not None]
                 self.metrics.env_steps_at_start = max(steps, default=0)
-            self._launch()
+            try:
+                self._launch()
+            except ConfigError as exc:  # found only by launching: a placement no node can hold
+                self.stop_reason = f"config error: {exc}"
+                raise
             self._monitor()
         finally:
             self._shutdown(ctx)

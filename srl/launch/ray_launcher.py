@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import defaultdict
 import shutil
 import signal
 import tempfile
+from collections import defaultdict
 from typing import Any
 
 import ray

@@ -120,7 +120,8 @@ class TrainerWorker(Worker):
             if stale and not self.algorithm.corrects_staleness:
                 self.dropped_stale += steps
             else:
-                self.kept_stale += steps if stale else 0
+                if stale:
+                    self.kept_stale += steps
                 self.buffer.append(batch)
                 self.buffered += steps
             if self.buffered >= self.batch_steps:

@@ -16,6 +16,7 @@ import torch
 
 from conftest import kill_run, srl_command
 from srl.algorithms.dqn import DQN, DQNConfig
+from srl.api.config import load
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.q_network import QNetworkPolicy
@@ -116,7 +117,6 @@ def test_apex_on_cartpole_learns_through_two_buffers_one_of_them_replaced_when_k
 
 
 def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ratio() -> None:
-    from srl.api.config import load
     from srl.bench import _replay_batch, _replay_settings, _trajectories
 
     config = load("cartpole-dqn")
@@ -125,7 +125,7 @@ def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ra
     assert _replay_settings(load("cartpole-ppo")) is None
     policy = _cartpole_policy()
     obs = NamedArray({keys.OBS: np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)})
-    batch, steps = _replay_batch(settings, _trajectories(policy, obs, T=16, B=8))
+    batch, steps = _replay_batch(settings, _trajectories(policy, obs, T=config.actors.trajectory_length, B=8))
     r = config.replay
     assert batch[keys.REPLAY_WEIGHT].shape == (r.updates_per_batch, r.batch_size)
     assert steps == r.updates_per_batch / r.replay_ratio  # what one step of the learner absorbs
@@ -142,7 +142,8 @@ def test_a_resumed_run_reloads_the_buffers_saved_contents(run_srl, tmp_path: Pat
     assert first.returncode == 0, first.stderr[-2000:]
     held_before = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")["stats"]["held_steps"]
     saved = np.load(run_dir / "checkpoints" / "replay-0.npz", allow_pickle=False)
-    assert held_before > 0 and int(saved["counters"][0]) * 16 >= held_before  # segments x trajectory length
+    segment = load("cartpole-dqn").actors.trajectory_length
+    assert held_before > 0 and int(saved["counters"][0]) * segment >= held_before  # segments x trajectory length
     second = run_srl("train", "--resume", str(run_dir), "stop.env_steps=24000", *common)
     assert second.returncode == 0, second.stderr[-2000:]
     buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")

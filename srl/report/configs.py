@@ -27,7 +27,7 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                      "docs/environments.md"),
     "football-3v1-mappo": ("goal rate 1.0% (random team) → 27.8% ± 2.2% after a 26-minute run (1.0M env steps), "
                            "2 CPU cores", "docs/environments.md"),
-    "cartpole-dqn": ("mean return ≥ 475 after 142,848–175,936 env steps, 23.4–48.5 s (seeds 1–5), 2 CPU cores",
+    "cartpole-dqn": ("mean return ≥ 475 after 118,912–198,144 env steps, 16.9–28.8 s (seeds 1–5), 2 CPU cores",
                      "docs/replay.md"),
     "pong-apex": ("not measured: a run of 20,016 env steps finishes cleanly in 226 s, 2 CPU cores", "docs/replay.md"),
     "recall-r2d2": ("mean return ≥ 0.95 after 6.9k–7.4k env steps, 7.5–9.3 s (seeds 1–4; feed-forward ~0.5), "

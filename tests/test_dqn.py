@@ -144,7 +144,7 @@ def test_a_resumed_run_reloads_the_buffers_saved_contents(run_srl, tmp_path: Pat
     saved = np.load(run_dir / "checkpoints" / "replay-0.npz", allow_pickle=False)
     segment = load("cartpole-dqn").actors.trajectory_length
     assert held_before > 0 and int(saved["counters"][0]) * segment >= held_before  # segments x trajectory length
-    second = run_srl("train", "--resume", str(run_dir), "stop.env_steps=24000", *common)
+    second = run_srl("train", "--resume", str(run_dir), "stop.env_steps=36000", *common)
     assert second.returncode == 0, second.stderr[-2000:]
     buffer = next(w for w in _status(run_dir)["workers"] if w["kind"] == "buffer")
     # It holds what the first run stored as well as what the second one took from its actors.

@@ -40,10 +40,12 @@ import itertools
 import json
 import multiprocessing as mp
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from queue import Empty
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -229,13 +231,56 @@ class _Rates(list):
     put = list.append
 
 
+class MeasurementError(RuntimeError):
+    """A measurement that could not be made (a measuring process failed, died or never
+    answered; a system run that produced nothing): which one, and why, in one line."""
+
+
+#: What each measuring target measures, for the error that names a failed one.
+PARTS = {"_env_rate": "the env (E)", "_inference_rate": "the policy's forward pass (I)",
+         "_learner_rate": "the learner (L)", "_inference_rates": "the policy's forward pass",
+         "_niced": "the env (E, at the samplers' priority)", "_in_step": "the isolated rates"}
+#: Seconds a measuring process may take to answer (every part is timed in seconds, not minutes).
+ANSWER_TIMEOUT_S = 600.0
+
+
+def _part(target: Any) -> str:
+    name = getattr(getattr(target, "func", target), "__name__", "")  # functools.partial: its function
+    return PARTS.get(name, name or repr(target))
+
+
+def _failure(target: Any, exc: Exception) -> str:
+    """'<part>: <error type>: <message>', on one line."""
+    return f"{_part(target)}: {type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+class _Failed(NamedTuple):
+    """What a measuring process puts instead of its rates when its part raised."""
+
+    error: str
+
+
+def _reporting(target: Any, args: tuple[Any, ...], queue: Any) -> None:
+    """A measuring process: `target(*args, queue)`, or, if it raises, the error put on `queue`
+    (the parent raises it as one line; no traceback from a child)."""
+    try:
+        target(*args, queue)
+    except MeasurementError as exc:
+        queue.put(_Failed(str(exc)))
+    except Exception as exc:
+        queue.put(_Failed(_failure(target, exc)))
+
+
 def _in_step(plan: list[tuple[Any, tuple[Any, ...]]], barrier: Any, queue: Any) -> None:
     """Run the measurements of `plan` one after another, each starting with the other
     processes' (so every core measures the same thing at once); put the list of rates."""
     rates = _Rates()
     for target, args in plan:
-        barrier.wait(timeout=600)
-        target(*args, rates)
+        barrier.wait(timeout=ANSWER_TIMEOUT_S)
+        try:
+            target(*args, rates)
+        except Exception as exc:
+            raise MeasurementError(_failure(target, exc)) from exc
     queue.put(list(rates))
 
 
@@ -245,15 +290,18 @@ def _parallel(target: Any, args: Any, processes: int) -> float:
 
 
 def _gather(target: Any, args: Any, processes: int) -> list[Any]:
-    """Run `target(*args(i), queue)` in `processes` spawned processes; what each put, in no set order."""
+    """Run `target(*args(i), queue)` in `processes` spawned processes; what each put, in no set order.
+
+    MeasurementError as soon as one of them fails or dies (not after the timeout), or when
+    they have not all answered within ANSWER_TIMEOUT_S."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*args(i), queue)) for i in range(processes)]
+    procs = [ctx.Process(target=_reporting, args=(target, args(i), queue)) for i in range(processes)]
     for p in procs:
         p.start()
     try:
-        rates = [queue.get(timeout=600) for _ in procs]
-    except BaseException:  # Ctrl-C (or a part that never answered): no part runs on
+        return _answers(queue, procs, _part(target))
+    except BaseException:  # Ctrl-C, a failed part, no answer: no part runs on
         for p in procs:
             p.kill()
         raise
@@ -263,7 +311,30 @@ def _gather(target: Any, args: Any, processes: int) -> list[Any]:
             if p.exitcode is None:
                 p.kill()
                 p.join()
-    return rates
+
+
+def _answers(queue: Any, procs: list[Any], part: str) -> list[Any]:
+    """One answer from each of `procs`; MeasurementError for a failure, a death or a silence."""
+    answers: list[Any] = []
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while len(answers) < len(procs):
+        try:
+            got = queue.get(timeout=0.2)
+        except Empty:
+            # A process that exited cleanly put its answer first (a queue is flushed before exit).
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead and queue.empty():
+                code = dead[0]
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                raise MeasurementError(f"{part}: a measuring process {how}") from None
+            if time.monotonic() > deadline:
+                raise MeasurementError(f"{part}: {len(procs) - len(answers)} of {len(procs)} measuring "
+                                       f"processes gave no answer in {ANSWER_TIMEOUT_S:.0f} s") from None
+            continue
+        if isinstance(got, _Failed):
+            raise MeasurementError(got.error)
+        answers.append(got)
+    return answers
 
 
 # ------------------------------------------------------------------------ the real system
@@ -312,7 +383,7 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         status = json.loads((Path(run_dir) / "run" / "status.json").read_text())
     flowing = [r for r in records if r["env_steps"] > 0]
     if not flowing:
-        raise RuntimeError(f"the {'sampling' if sampling_only else 'training'} run produced no env steps")
+        raise MeasurementError(f"the {'sampling' if sampling_only else 'training'} run produced no env steps")
     # Steady state: from WARMUP_S after the first env steps to the end.
     steady = [r for r in flowing if r["time_s"] >= flowing[0]["time_s"] + WARMUP_S]
     if len(steady) < 2:
@@ -323,8 +394,8 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         # between the first and the last report that saw a new batch.
         changes = [r for a, r in zip(steady, steady[1:]) if r["trained_steps"] > a["trained_steps"]]
         if len(changes) < 2:
-            raise RuntimeError(f"the training run completed fewer than two training steps after its warm-up "
-                               f"in {seconds:.0f} s; give it more time (--seconds)")
+            raise MeasurementError(f"the training run completed fewer than two training steps after its "
+                                   f"warm-up in {seconds:.0f} s; give it more time (--seconds)")
         steady, counted = changes, "trained_steps"
     else:
         counted = "env_steps"

@@ -12,6 +12,7 @@ from typing import Any
 from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file,
                             take_auto, validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
+from srl.bench import MeasurementError
 from srl.launch.tracking import check_wandb
 
 EXIT_CONFIG = 2
@@ -49,6 +50,9 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except MeasurementError as exc:  # `auto`'s measurements could not be made
+        print(f"srl: train: the layout's measurements failed: {exc}", file=sys.stderr)
+        return 1
     if not args.resume:
         run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
         if (run_dir / "summary.json").exists() or (run_dir / "status.json").exists():
@@ -194,9 +198,16 @@ def _bench(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except MeasurementError as exc:  # `auto`'s measurements could not be made
+        print(f"srl: bench: the layout's measurements failed: {exc}", file=sys.stderr)
+        return 1
     from srl.bench import print_table, run_bench
 
-    result = run_bench(config, args.seconds, args.cores)
+    try:
+        result = run_bench(config, args.seconds, args.cores)
+    except MeasurementError as exc:
+        print(f"srl: bench: a measurement failed: {exc}", file=sys.stderr)
+        return 1
     print_table(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -69,6 +69,8 @@ TIE = 0.03
 HEADROOM_TIE = 0.1
 #: Seconds each rate is measured for (the learner: at least one training step after a warm-up one).
 PART_SECONDS = 1.0
+#: Seconds a Ray task has to measure a node (its measurements take about a minute).
+RAY_MEASURE_TIMEOUT_S = 900.0
 #: Bump when what is measured or how changes: older cached measurements are then ignored.
 #: (3: feed-forward policies act in NumPy, so the forward pass measures faster.)
 MEASURE_VERSION = 3
@@ -314,19 +316,29 @@ def _learner_beside_samplers(data: dict[str, Any], cores: int, threads: int, sec
     """l(t): one learner process of `threads` threads, while every core also steps the env at the
     samplers' priority, as in a run (a trainer's threads lose more to them than one thread does)."""
     import multiprocessing as mp
+    from queue import Empty
 
-    from srl.bench import _env_rate, _learner_rate, _parallel
+    from srl.bench import MeasurementError, _env_rate, _Failed, _learner_rate, _parallel, _reporting
 
     ctx = mp.get_context("spawn")
     sink = ctx.Queue()
-    samplers = [ctx.Process(target=_niced, args=(SAMPLER_NICE, _env_rate, data["env"], 16, 600.0, i, sink))
+    samplers = [ctx.Process(target=_reporting, args=(functools.partial(_niced, SAMPLER_NICE, _env_rate),
+                                                     (data["env"], 16, 600.0, i), sink))
                 for i in range(cores)]
     for p in samplers:
         p.start()
     try:
-        return _parallel(functools.partial(_learner_rate, threads=threads), lambda i: (data, seconds), 1)
+        learner = _parallel(functools.partial(_learner_rate, threads=threads), lambda i: (data, seconds), 1)
+        # A sampler that failed meanwhile (it would step for ten minutes) left the learner alone on a core.
+        try:
+            failed = sink.get(timeout=0.01)
+        except Empty:
+            failed = None
+        if isinstance(failed, _Failed):
+            raise MeasurementError(f"the samplers beside the learner: {failed.error}")
+        return learner
     finally:
-        for p in samplers:  # they would step for ten minutes: stopped as soon as the learner is timed
+        for p in samplers:  # stopped as soon as the learner is timed
             p.terminate()
             p.join()
 
@@ -433,6 +445,8 @@ def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: C
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from srl.bench import MeasurementError
+
     ray.init(address=config.ray.address, log_to_driver=False, configure_logging=False)
     try:
         node = ray_node(config, auto, ray.nodes())
@@ -445,11 +459,20 @@ def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: C
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
         ref = task.remote(config, cores, threads_on(cores))
         try:
-            measured, path, from_cache = ray.get(ref, timeout=900)
-        except BaseException:
-            # Ctrl-C (or no answer): interrupt the task, whose measuring stops the processes it started.
+            measured, path, from_cache = ray.get(ref, timeout=RAY_MEASURE_TIMEOUT_S)
+        except BaseException as exc:
+            # Ctrl-C, a failure or no answer: interrupt the task, whose measuring stops the processes it started.
             ray.cancel(ref)
             ray.wait([ref], timeout=30)
+            if isinstance(exc, ray.exceptions.GetTimeoutError):
+                raise MeasurementError(f"measuring on node {where['ip']} gave no answer in "
+                                       f"{RAY_MEASURE_TIMEOUT_S:.0f} s") from None
+            if isinstance(exc, ray.exceptions.RayError):
+                # A task's own error comes wrapped in its remote traceback: its cause says it in a line.
+                cause = getattr(exc, "cause", None) or exc
+                lines = str(cause).strip().splitlines() or [""]
+                why = lines[0] if isinstance(cause, MeasurementError) else f"{type(cause).__name__}: {lines[0]}"
+                raise MeasurementError(f"measuring on node {where['ip']} failed: {why}") from None
             raise
         return measured, path, from_cache, where
     finally:

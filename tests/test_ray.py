@@ -250,3 +250,18 @@ def test_a_hand_layout_no_node_can_hold_is_refused_at_once(cluster, run_srl, tmp
            "and those nodes have 2")
     assert f"srl: config error: {why}" in result.stderr
     assert json.loads((run_dir / "summary.json").read_text())["stop_reason"].startswith(f"config error: {why}")
+
+
+def test_auto_whose_measuring_fails_on_the_node_says_why_in_one_line(cluster, run_srl, tmp_path):
+    """The env crashes inside the measuring task on the second node: the task's error comes back as
+    one line naming the node and the cause (not Ray's wrapped remote traceback), and no run starts."""
+    run_dir = tmp_path / "run"
+    pinned = [f"{section}.placement.resources={{node2: 0.01}}" for section in ("actors", "policy_workers", "trainers")]
+    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={cluster.address}",
+                     "actors.count=auto", "env.type=fake", "env.id=null", "env.args={crash_after_steps: 50}", *pinned,
+                     "log.tensorboard=false", timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"srl: train: the layout's measurements failed: measuring on node {SECOND} failed: "
+        "the env (E): RuntimeError: simulated simulator crash after 50 steps")
+    assert not run_dir.exists()

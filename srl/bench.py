@@ -30,8 +30,9 @@ E, I and L are the means over all windows; `--json` has each window.
 
 limit_T assumes the learning spreads over all N cores. A run's trainer group is
 `trainers.count` processes of `placement.threads` threads, so it also reports the limit with
-the configured trainers, min(limit_T, min(count * threads, N) * L / N), and T's efficiency
-against it.
+the configured trainers (`trainer_limit`) and T's efficiency against it: min(limit_T,
+min(count * threads, N) * L / N) for single-thread trainers; for trainers of several threads,
+whose threads do not add up as L's processes do, from their own rate measured alone (Lc).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
 
 
 def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
-                  threads: int = 1) -> None:
+                  threads: int = 1, cores_used: list[float] | None = None) -> None:
     from srl.workers.components import make_algorithm, make_policy
     from srl.workers.threads import compute_threads
 
@@ -153,13 +154,23 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, devic
     else:
         steps_per_step = T * B
     algorithm.step(batch)  # warm-up (allocations, lazy imports)
-    steps, start = 0.0, time.perf_counter()
+    steps, start, cpu = 0.0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         if replay is None:
             policy.update_statistics(batch[keys.OBS][:-1])
         algorithm.step(batch)
         steps += steps_per_step
-    queue.put(steps / (time.perf_counter() - start))
+    wall = time.perf_counter() - start
+    queue.put(steps / wall)
+    if cores_used is not None:  # the process's CPU time (all its threads) over the wall time
+        cores_used.append((time.process_time() - cpu) / wall)
+
+
+def _trainer_rate(config_data: dict[str, Any], seconds: float, threads: int, queue: Any) -> None:
+    """Lc and Uc: one trainer of `threads` threads alone, its env steps/s and the cores it kept busy."""
+    cores_used: list[float] = []
+    _learner_rate(config_data, seconds, queue, threads=threads, cores_used=cores_used)
+    queue.put(cores_used[0])
 
 
 def _trajectories(policy: Any, obs: NamedArray, T: int, B: int) -> NamedArray:
@@ -208,21 +219,48 @@ def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[N
 
 def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, seconds: float,
                     batch: int | None = None) -> dict[str, float]:
-    """E, I (at `batch`; left out when None) and L, each for `seconds` on `cores` processes."""
+    """E, I (at `batch`; left out when None) and L, each for `seconds` on `cores` processes; and,
+    where a trainer has several threads, Lc: the configured trainers alone (see `trainer_limit`)."""
     per_process = max(1, config.actors.envs_per_slot)
+    threads = config.trainers.placement.threads
+    trainers = min(config.trainers.count, cores)
 
-    def parts(i: int) -> dict[str, tuple[Any, tuple[Any, ...]]]:
-        """Process i's measurements by name, in the order they run."""
-        named = {"E": (_env_rate, (data["env"], per_process, seconds, config.seed + i))}
+    def parts(i: int) -> dict[tuple[str, ...], tuple[Any, tuple[Any, ...]]]:
+        """Process i's measurements by the names of what each puts, in the order they run."""
+        named = {("E",): (_env_rate, (data["env"], per_process, seconds, config.seed + i))}
         if batch is not None:
-            named["I"] = (_inference_rate, (data, batch, seconds))
-        named["L"] = (_learner_rate, (data, seconds))
+            named[("I",)] = (_inference_rate, (data, batch, seconds))
+        named[("L",)] = (_learner_rate, (data, seconds))
+        if threads > 1:
+            named[("Lc", "Uc")] = (_trainer_rate, (data, seconds, threads)) if i < trainers else (_pause, (seconds, 2))
         return named
 
-    names = list(parts(0))
+    names = [name for names in parts(0) for name in names]
     barrier = mp.get_context("spawn").Barrier(cores)
     rates = _gather(_in_step, lambda i: (list(parts(i).values()), barrier), cores)
     return {name: float(sum(r[k] for r in rates)) for k, name in enumerate(names)}
+
+
+def _pause(seconds: float, figures: int, queue: Any) -> None:
+    """A core left idle while the others measure (0 to each of the sums they put)."""
+    time.sleep(seconds)
+    for _ in range(figures):
+        queue.put(0.0)
+
+
+def trainer_limit(rates: dict[str, float], cores: int, count: int, threads: int) -> tuple[float, float, float]:
+    """(the training limit with the configured trainers, their own learner rate L_c, the cores c).
+
+    `trainers.count` processes of `placement.threads` threads keep c cores busy while they
+    learn, at L_c env steps/s. Where a trainer has several threads both are measured with the
+    trainers alone ("Lc", and "Uc": their CPU time over the wall time), since torch's threads
+    neither add up as processes do nor keep every core busy; else c = min(count, N) and
+    L_c = c · L / N (L's N processes have one thread each). Per env step the trainers take
+    c / L_c core-seconds and sampling N/E + N/I, so T <= min(L_c, N / (c/L_c + N/E + N/I));
+    with L_c = c · L / N that is min(limit_T, c · L / N)."""
+    c = min(rates.get("Uc") or count * threads, count * threads, cores)
+    learner = rates.get("Lc") or c * rates["L"] / cores
+    return min(learner, cores / (c / learner + cores / rates["E"] + cores / rates["I"])), learner, c
 
 
 class _Rates(list):
@@ -450,15 +488,13 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
     T, _ = system_rate(data, max(seconds, 10 * batch_seconds), sampling_only=False)
     after = _isolated_rates(config, data, cores, seconds / 2, batch)
     around_s = {"E": _mean(before, between, key="E"), "I": between["I"]}
-    around_t = {key: _mean(between, after, key=key) for key in ("E", "I", "L")}
+    around_t = {key: _mean(between, after, key=key) for key in between if key in after}
     limit_s = 1.0 / (1.0 / around_s["E"] + 1.0 / around_s["I"])
     limit_t = 1.0 / (1.0 / around_t["E"] + 1.0 / around_t["I"] + 1.0 / around_t["L"])
-    # L is N learner processes; a run's trainers are `trainers.count` processes of
-    # `placement.threads` threads, each thread at most one core's worth of it. When they are
-    # the bottleneck, T cannot pass that either.
-    trainer_cores = min(config.trainers.count * config.trainers.placement.threads, cores)
-    trainer_limit = trainer_cores * around_t["L"] / cores
-    limit_configured = min(limit_t, trainer_limit)
+    # limit_T spreads the learning over all N cores; the run's trainers may hold fewer, or
+    # learn slower on them than N single-thread learners do.
+    threads = config.trainers.placement.threads
+    limit_configured, trainer_rate, trainer_cores = trainer_limit(around_t, cores, config.trainers.count, threads)
     return {
         "config": config.name, "cores": cores, "seconds": seconds, "inference_batch": batch,
         "frame_skip": frame_skip_of(config),
@@ -470,7 +506,8 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
         "sampling_steps_per_s": S, "training_steps_per_s": T,
         "sampling_limit": limit_s, "training_limit": limit_t,
         "sampling_efficiency": S / limit_s, "training_efficiency": T / limit_t,
-        "trainers": config.trainers.count, "trainer_cores": trainer_cores, "trainer_limit": trainer_limit,
+        "trainers": config.trainers.count, "trainer_threads": threads, "trainer_cores": trainer_cores,
+        "trainer_limit": trainer_rate, "trainer_limit_measured": "Lc" in around_t,
         "training_limit_configured": limit_configured, "training_efficiency_configured": T / limit_configured,
     }
 
@@ -496,9 +533,17 @@ def print_table(result: dict[str, Any]) -> None:
     for label, key in rows:
         cells = [label, f"{result[key]:,.0f}"] + ([f"{result[key] * skip:,.0f}"] if skip > 1 else [])
         table.add_row(*cells)
-    n, used = result["trainers"], result["trainer_cores"]
+    n, used, N = result["trainers"], result["trainer_cores"], result["cores"]
     limit = result["training_limit_configured"]
-    table.add_row(f"limit with {n} trainer(s) = min(limit_T, {used}·L/{result['cores']})", f"{limit:,.0f}",
+    if result.get("trainer_limit_measured"):
+        # Several threads a trainer: the trainers' own rate, measured alone, and the cores they kept busy.
+        lc = result["trainer_limit"]
+        table.add_row(f"Lc {n} trainer(s) of {result['trainer_threads']} threads alone", f"{lc:,.0f}",
+                      *([f"{lc * skip:,.0f}"] if skip > 1 else []))
+        formula = f"min(Lc, {N}/({used:.2f}/Lc+{N}/E+{N}/I))"
+    else:
+        formula = f"min(limit_T, {used}·L/{N})"
+    table.add_row(f"limit with {n} trainer(s) = {formula}", f"{limit:,.0f}",
                   *([f"{limit * skip:,.0f}"] if skip > 1 else []))
     for label, key in (("sampling efficiency S/limit_S", "sampling_efficiency"),
                        ("training efficiency T/limit_T", "training_efficiency"),

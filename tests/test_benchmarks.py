@@ -19,22 +19,29 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_srl_bench_smoke(run_srl, tmp_path):
     out = tmp_path / "bench.json"
     # 3 s: on a loaded machine 1 s can hold fewer than the two training steps T is measured between.
-    result = run_srl("bench", "cartpole-ppo", "--seconds", "3", "--json", str(out), "actors.count=1", timeout=300)
+    # A trainer of two threads: its own rate (Lc) is measured beside E, I and L.
+    result = run_srl("bench", "cartpole-ppo", "--seconds", "3", "--json", str(out), "actors.count=1",
+                     "trainers.placement.threads=2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
     for key in ("env_steps_per_s", "inference_steps_per_s", "learner_steps_per_s", "sampling_steps_per_s",
-                "training_steps_per_s", "sampling_efficiency", "training_efficiency"):
+                "training_steps_per_s", "sampling_efficiency", "training_efficiency", "trainer_limit"):
         assert figures[key] > 0, key
-    assert "efficiency" in result.stdout
+    assert "efficiency" in result.stdout and "Lc 1 trainer(s) of 2 threads alone" in result.stdout
     # Each limit comes from the isolated windows on either side of its own run.
     windows = figures["isolated"]
-    assert set(windows["before_sampling"]) == {"E", "L"}  # I's batch is known once sampling ran
-    assert set(windows["between"]) == set(windows["after_training"]) == {"E", "I", "L"}
+    assert set(windows["before_sampling"]) == {"E", "L", "Lc", "Uc"}  # I's batch is known once sampling ran
+    assert set(windows["between"]) == set(windows["after_training"]) == {"E", "I", "L", "Lc", "Uc"}
     around = figures["around_training"]
     assert around["L"] == pytest.approx((windows["between"]["L"] + windows["after_training"]["L"]) / 2)
     assert figures["training_limit"] == pytest.approx(1 / (1 / around["E"] + 1 / around["I"] + 1 / around["L"]))
     assert figures["sampling_limit"] == pytest.approx(
         1 / (1 / figures["around_sampling"]["E"] + 1 / windows["between"]["I"]))
+    assert figures["trainer_limit_measured"] and figures["trainer_limit"] == pytest.approx(around["Lc"])
+    cores = figures["trainer_cores"]
+    assert 0.5 < around["Uc"] <= 2.2 and cores == pytest.approx(min(around["Uc"], 2))  # CPU time / wall time
+    assert figures["training_limit_configured"] == pytest.approx(
+        min(around["Lc"], 2 / (cores / around["Lc"] + 2 / around["E"] + 2 / around["I"])))
 
 
 def test_ctrl_c_stops_the_whole_bench_not_only_the_run_it_measures(tmp_path):

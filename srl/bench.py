@@ -32,7 +32,8 @@ limit_T assumes the learning spreads over all N cores. A run's trainer group is
 `trainers.count` processes of `placement.threads` threads, so it also reports the limit with
 the configured trainers (`trainer_limit`) and T's efficiency against it: min(limit_T,
 min(count * threads, N) * L / N) for single-thread trainers; for trainers of several threads,
-whose threads do not add up as L's processes do, from their own rate measured alone (Lc).
+whose threads do not add up as L's processes do, from their own rate and CPU measured alone
+(Lc, Uc) and the CPU the box gives L's processes (Ul).
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, devic
 
 
 def _trainer_rate(config_data: dict[str, Any], seconds: float, threads: int, queue: Any) -> None:
-    """Lc and Uc: one trainer of `threads` threads alone, its env steps/s and the cores it kept busy."""
+    """A learner process of `threads` threads: its env steps/s, then the cores it kept busy."""
     cores_used: list[float] = []
     _learner_rate(config_data, seconds, queue, threads=threads, cores_used=cores_used)
     queue.put(cores_used[0])
@@ -230,8 +231,10 @@ def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, 
         named = {("E",): (_env_rate, (data["env"], per_process, seconds, config.seed + i))}
         if batch is not None:
             named[("I",)] = (_inference_rate, (data, batch, seconds))
-        named[("L",)] = (_learner_rate, (data, seconds))
-        if threads > 1:
+        if threads == 1:
+            named[("L",)] = (_learner_rate, (data, seconds))
+        else:  # the configured trainers' own rate and cores, and the cores the box gives L's N processes
+            named[("L", "Ul")] = (_trainer_rate, (data, seconds, 1))
             named[("Lc", "Uc")] = (_trainer_rate, (data, seconds, threads)) if i < trainers else (_pause, (seconds, 2))
         return named
 
@@ -252,15 +255,23 @@ def trainer_limit(rates: dict[str, float], cores: int, count: int, threads: int)
     """(the training limit with the configured trainers, their own learner rate L_c, the cores c).
 
     `trainers.count` processes of `placement.threads` threads keep c cores busy while they
-    learn, at L_c env steps/s. Where a trainer has several threads both are measured with the
-    trainers alone ("Lc", and "Uc": their CPU time over the wall time), since torch's threads
-    neither add up as processes do nor keep every core busy; else c = min(count, N) and
-    L_c = c · L / N (L's N processes have one thread each). Per env step the trainers take
-    c / L_c core-seconds and sampling N/E + N/I, so T <= min(L_c, N / (c/L_c + N/E + N/I));
-    with L_c = c · L / N that is min(limit_T, c · L / N)."""
+    learn, at L_c env steps/s, on a box whose cores give C cores' worth of time. Where a
+    trainer has several threads all three are measured, since torch's threads neither add up
+    as processes do nor keep every core busy: L_c and c with the trainers alone ("Lc", "Uc":
+    CPU time over wall time), C as the CPU of L's N processes ("Ul": N on a quiet box, less
+    beside another's busy process or under a CPU quota). Else c = min(count, N), L_c = c · L / N
+    (L's N processes have one thread each) and C = N. Per env step the trainers take c / L_c
+    core-seconds and sampling C/E + C/I, and no layout beats limit_T, so
+
+        T <= min(limit_T, L_c, C / (c/L_c + C/E + C/I)),
+
+    which for single-thread trainers is min(limit_T, c · L / N)."""
+    capacity = rates.get("Ul") or cores
     c = min(rates.get("Uc") or count * threads, count * threads, cores)
     learner = rates.get("Lc") or c * rates["L"] / cores
-    return min(learner, cores / (c / learner + cores / rates["E"] + cores / rates["I"])), learner, c
+    limit_t = 1.0 / (1.0 / rates["E"] + 1.0 / rates["I"] + 1.0 / rates["L"])
+    turns = capacity / (c / learner + capacity / rates["E"] + capacity / rates["I"])
+    return min(limit_t, learner, turns), learner, c
 
 
 class _Rates(list):
@@ -540,7 +551,8 @@ def print_table(result: dict[str, Any]) -> None:
         lc = result["trainer_limit"]
         table.add_row(f"Lc {n} trainer(s) of {result['trainer_threads']} threads alone", f"{lc:,.0f}",
                       *([f"{lc * skip:,.0f}"] if skip > 1 else []))
-        formula = f"min(Lc, {N}/({used:.2f}/Lc+{N}/E+{N}/I))"
+        C = result["around_training"]["Ul"]
+        formula = f"min(limit_T, Lc, {C:.2f}/({used:.2f}/Lc+{C:.2f}/E+{C:.2f}/I))"
     else:
         formula = f"min(limit_T, {used}·L/{N})"
     table.add_row(f"limit with {n} trainer(s) = {formula}", f"{limit:,.0f}",

@@ -460,23 +460,28 @@ def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: C
         ref = task.remote(config, cores, threads_on(cores))
         try:
             measured, path, from_cache = ray.get(ref, timeout=RAY_MEASURE_TIMEOUT_S)
-        except BaseException as exc:
-            # Ctrl-C, a failure or no answer: interrupt the task, whose measuring stops the processes it started.
-            ray.cancel(ref)
-            ray.wait([ref], timeout=30)
+        except ray.exceptions.RayError as exc:
             if isinstance(exc, ray.exceptions.GetTimeoutError):
+                _cancel(ray, ref)
                 raise MeasurementError(f"measuring on node {where['ip']} gave no answer in "
                                        f"{RAY_MEASURE_TIMEOUT_S:.0f} s") from None
-            if isinstance(exc, ray.exceptions.RayError):
-                # A task's own error comes wrapped in its remote traceback: its cause says it in a line.
-                cause = getattr(exc, "cause", None) or exc
-                lines = str(cause).strip().splitlines() or [""]
-                why = lines[0] if isinstance(cause, MeasurementError) else f"{type(cause).__name__}: {lines[0]}"
-                raise MeasurementError(f"measuring on node {where['ip']} failed: {why}") from None
+            # The task ended in an error, wrapped in its remote traceback: its cause says it in a line.
+            cause = getattr(exc, "cause", None) or exc
+            lines = str(cause).strip().splitlines() or [""]
+            why = lines[0] if isinstance(cause, MeasurementError) else f"{type(cause).__name__}: {lines[0]}"
+            raise MeasurementError(f"measuring on node {where['ip']} failed: {why}") from None
+        except BaseException:
+            _cancel(ray, ref)  # Ctrl-C
             raise
         return measured, path, from_cache, where
     finally:
         ray.shutdown()
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    """Interrupt a measuring task still running; its measuring stops the processes it started."""
+    ray.cancel(ref)
+    ray.wait([ref], timeout=30)
 
 
 def refuse(config: ExperimentConfig, auto: list[str]) -> None:

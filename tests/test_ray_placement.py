@@ -44,3 +44,13 @@ def test_a_group_pinned_to_a_node_too_small_for_all_of_it_is_named():
     # A label's own amount counts too: 0.6 of node2's 1.0, twice.
     why = unplaceable({f"actor.{i}": {"node2": 0.6} for i in range(2)}, NODES)
     assert why is not None and "ask for 1.2 node2 in all" in why
+
+
+def test_where_several_node_sets_are_short_the_narrowest_is_named():
+    # Four actors pinned to one 2-CPU node and unpinned workers beside them: both the pinned node
+    # (4 of 2 CPUs) and the whole cluster (4.5 of 4) are short; the reason names the pinned node,
+    # whatever order the sets come in (they are hashed: it differed between processes).
+    asks = {**{f"actor.{i}": {"CPU": 1.0, "node2": 0.01} for i in range(4)}, "trainer.0": {"CPU": 0.5}}
+    for nodes in (NODES, NODES[::-1]):
+        assert unplaceable(asks, nodes).startswith(
+            "the 4 workers that fit only on node(s) 10.0.0.2 (groups actor) ask for 4 CPU in all, and those nodes have 2")

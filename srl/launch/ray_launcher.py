@@ -78,7 +78,8 @@ def unplaceable(asks: dict[str, dict[str, float]], nodes: list[dict[str, Any]]) 
                              for i, n in alive.items())
             return (f"worker {worker} asks for {_public(ask)}, which none of the cluster's {len(alive)} alive nodes "
                     f"has ({have}); lower its group's placement or add such a node")
-    for nodes_set in set(fits.values()):
+    # The narrowest node sets first, so that the reason names the fewest nodes (and the same on every run).
+    for nodes_set in sorted(set(fits.values()), key=lambda ids: (len(ids), where(ids))):
         confined = [w for w, f in fits.items() if f <= nodes_set]
         demand: dict[str, float] = defaultdict(float)
         for worker in confined:

@@ -38,6 +38,7 @@ whose threads do not add up as L's processes do, from their own rate and CPU mea
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -136,7 +137,9 @@ def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, que
 
 
 def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
-                  threads: int = 1, cores_used: list[float] | None = None) -> None:
+                  threads: int = 1, report_cores: bool = False) -> None:
+    """Put the env steps/s the learner absorbs; with `report_cores`, then the cores it kept busy
+    (the process's CPU time, all its threads, over the wall time)."""
     from srl.workers.components import make_algorithm, make_policy
     from srl.workers.threads import compute_threads
 
@@ -163,15 +166,8 @@ def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, devic
         steps += steps_per_step
     wall = time.perf_counter() - start
     queue.put(steps / wall)
-    if cores_used is not None:  # the process's CPU time (all its threads) over the wall time
-        cores_used.append((time.process_time() - cpu) / wall)
-
-
-def _trainer_rate(config_data: dict[str, Any], seconds: float, threads: int, queue: Any) -> None:
-    """A learner process of `threads` threads: its env steps/s, then the cores it kept busy."""
-    cores_used: list[float] = []
-    _learner_rate(config_data, seconds, queue, threads=threads, cores_used=cores_used)
-    queue.put(cores_used[0])
+    if report_cores:
+        queue.put((time.process_time() - cpu) / wall)
 
 
 def _trajectories(policy: Any, obs: NamedArray, T: int, B: int) -> NamedArray:
@@ -234,8 +230,9 @@ def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, 
         if threads == 1:
             named[("L",)] = (_learner_rate, (data, seconds))
         else:  # the configured trainers' own rate and cores, and the cores the box gives L's N processes
-            named[("L", "Ul")] = (_trainer_rate, (data, seconds, 1))
-            named[("Lc", "Uc")] = (_trainer_rate, (data, seconds, threads)) if i < trainers else (_pause, (seconds, 2))
+            named[("L", "Ul")] = (functools.partial(_learner_rate, report_cores=True), (data, seconds))
+            trainer = functools.partial(_learner_rate, threads=threads, report_cores=True)
+            named[("Lc", "Uc")] = (trainer, (data, seconds)) if i < trainers else (_pause, (seconds, 2))
         return named
 
     names = [name for names in parts(0) for name in names]
@@ -269,9 +266,13 @@ def trainer_limit(rates: dict[str, float], cores: int, count: int, threads: int)
     capacity = rates.get("Ul") or cores
     c = min(rates.get("Uc") or count * threads, count * threads, cores)
     learner = rates.get("Lc") or c * rates["L"] / cores
-    limit_t = 1.0 / (1.0 / rates["E"] + 1.0 / rates["I"] + 1.0 / rates["L"])
     turns = capacity / (c / learner + capacity / rates["E"] + capacity / rates["I"])
-    return min(limit_t, learner, turns), learner, c
+    return min(_in_turn(rates["E"], rates["I"], rates["L"]), learner, turns), learner, c
+
+
+def _in_turn(*rates: float) -> float:
+    """The rate of parts that take turns on the same cores: 1 / (1/r1 + 1/r2 + ...)."""
+    return 1.0 / sum(1.0 / r for r in rates)
 
 
 class _Rates(list):
@@ -500,8 +501,8 @@ def _run_bench(config: ExperimentConfig, seconds: float, cores: int | None) -> d
     after = _isolated_rates(config, data, cores, seconds / 2, batch)
     around_s = {"E": _mean(before, between, key="E"), "I": between["I"]}
     around_t = {key: _mean(between, after, key=key) for key in between if key in after}
-    limit_s = 1.0 / (1.0 / around_s["E"] + 1.0 / around_s["I"])
-    limit_t = 1.0 / (1.0 / around_t["E"] + 1.0 / around_t["I"] + 1.0 / around_t["L"])
+    limit_s = _in_turn(around_s["E"], around_s["I"])
+    limit_t = _in_turn(around_t["E"], around_t["I"], around_t["L"])
     # limit_T spreads the learning over all N cores; the run's trainers may hold fewer, or
     # learn slower on them than N single-thread learners do.
     threads = config.trainers.placement.threads

@@ -98,6 +98,9 @@ def test_sum_tree_repairs_runs_and_scattered_leaves_alike() -> None:
         tree.set(index, rng.random(len(index)))
         inner = np.arange(1, tree.size)
         np.testing.assert_allclose(tree.tree[inner], tree.tree[2 * inner] + tree.tree[2 * inner + 1])
+    for index in (np.arange(990, 1000), np.array([999]), np.array([0, 1]), np.array([5, 6, 6, 7])):
+        tree.set(index, rng.random(len(index)))  # runs at either end, one leaf, a repeat in a run
+        np.testing.assert_allclose(tree.tree[inner], tree.tree[2 * inner] + tree.tree[2 * inner + 1])
     assert tree.total == pytest.approx(tree.get(np.arange(1000)).sum())
 
 

@@ -28,7 +28,13 @@ class SumTree:
         """Set the leaves `index` (repeated indices: the last value wins) and repair the sums."""
         node = np.asarray(index, np.int64) + self.size
         self.tree[node] = value
-        if self.size == 1:  # the one leaf is the root
+        if self.size == 1 or not len(node):  # the one leaf is the root; or nothing changed
+            return
+        if node[-1] - node[0] + 1 == len(node) and (np.diff(node) == 1).all():
+            # Consecutive leaves (a buffer stores whole segments side by side): their parents are
+            # a run too. Checked before sorting: np.unique of a trajectory's 2,048 leaves cost
+            # the buffer more than the rest of storing it.
+            self._repair_run(int(node[0]) // 2, int(node[-1]) // 2 + 1)
             return
         node = np.unique(node // 2)  # sorted once: halving keeps it sorted, so each level dedupes in O(n)
         if node[-1] - node[0] + 1 == len(node):

@@ -31,7 +31,7 @@ import param_latency
 import policy_worker
 import sample_stream
 from scaling_model import Costs, Host, load_costs, predict
-from srl import bench
+from srl import bench, measure as isolated
 from srl.api.config import load
 from srl.api.graph import Supervision
 from srl.launch.launcher import Launcher
@@ -47,7 +47,7 @@ CONTROLLER_WORKERS = (100, 2000)
 # ------------------------------------------------------------------------ per-config costs
 def _one(target: Any, *args: Any, device: str = "cpu") -> float:
     """One process of `srl bench`'s isolated measurement `target`: one core's (or one GPU's) rate."""
-    return bench._parallel(functools.partial(target, device=device) if device != "cpu" else target,
+    return isolated.parallel(functools.partial(target, device=device) if device != "cpu" else target,
                            lambda i: args, 1)
 
 
@@ -57,17 +57,17 @@ def experiment_costs(config_name: str, seconds: float, device: str = "cpu") -> d
 
     config = load(config_name, [])
     data = config.model_dump(mode="json")
-    obs_space, act_space, obs = bench._policy_inputs(config, 64)
+    obs_space, act_space, obs = isolated.policy_inputs(config, 64)
     policy = make_policy(config.policy.model_dump(), obs_space, act_space)
     T = config.actors.trajectory_length
-    trajectory = bench._trajectories(policy, obs, T, 4)
+    trajectory = isolated.trajectories(policy, obs, T, 4)
     batches = sorted({config.actors.envs_per_slot, *INFERENCE_BATCHES})
     algorithm = config.algorithm.args or {}
     figures = {
         "name": config.name, "device": device,
-        "env_s": 1.0 / _one(bench._env_rate, data["env"], config.actors.envs_per_slot, seconds, config.seed),
-        "inference_s": {b: 1.0 / _one(bench._inference_rate, data, b, seconds, device=device) for b in batches},
-        "learner_s": 1.0 / _one(bench._learner_rate, data, seconds, device=device),
+        "env_s": 1.0 / _one(isolated.env_rate, data["env"], config.actors.envs_per_slot, seconds, config.seed),
+        "inference_s": {b: 1.0 / _one(isolated.inference_rate, data, b, seconds, device=device) for b in batches},
+        "learner_s": 1.0 / _one(isolated.learner_rate, data, seconds, device=device),
         "sample_bytes": trajectory.nbytes / (T * 4),  # T + 1 rows carry T steps
         "obs_bytes": _row_bytes(obs),
         "param_bytes": float(policy.get_params().nbytes),

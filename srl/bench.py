@@ -1,7 +1,7 @@
 """`srl bench`: how close an experiment runs to the compute limit of this machine.
 
 Five measurements, each on the same N cores (N processes, one torch thread each, rates
-summed):
+summed); E, I and L are `srl.measure`'s, which `auto` layouts use too:
 
 * E — env steps/s of the experiment's env with random actions (no policy; a Gymnasium env
   stepped by Gymnasium itself, without SRL's adapter);
@@ -39,23 +39,19 @@ whose threads do not add up as L's processes do, from their own rate and CPU mea
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import multiprocessing as mp
 import os
-import signal
 import tempfile
 import time
 from pathlib import Path
-from queue import Empty
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from srl.api.config import ExperimentConfig, validate
-from srl.data import keys
-from srl.data.named_array import NamedArray, stack
 from srl.launch.metrics import RunMetrics
+from srl.measure import MeasurementError, env_rate, gather, in_step, inference_rate, learner_rate
 
 #: Seconds after the first env steps before the steady-state window opens.
 WARMUP_S = 1.0
@@ -64,154 +60,6 @@ WARMUP_S = 1.0
 STARTUP_ALLOWANCE_S = 4.0
 #: ... up to this many seconds with no env steps at all, when the run is given up.
 STARTUP_LIMIT_S = 180.0
-
-
-# ------------------------------------------------------------------------ isolated parts
-def _env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, queue: Any) -> None:
-    from srl.envs.gym_slot import GymSlot
-    from srl.workers.components import make_env
-
-    made = [make_env(env_section) for _ in range(envs)]
-    rng = np.random.default_rng(seed)
-    for i, env in enumerate(made):
-        env.reset(seed=seed * 1000 + i)
-    agents = made[0].agent_ids
-    space = made[0].action_space(agents[0])
-    space.seed(seed)
-    # Random actions drawn beforehand: drawing one (a Box sample) can cost a quarter of a
-    # MuJoCo step, and E is the env's speed, not the sampler's.
-    actions = itertools.cycle([space.sample() for _ in range(4096)])
-    if GymSlot.takes(made):
-        # A Gymnasium env is timed as Gymnasium steps it: SRL's adapter is the system's cost.
-        def step(env: Any) -> bool:
-            _, _, terminated, truncated, _ = env.env.step(next(actions))
-            return terminated or truncated
-    else:
-        def step(env: Any) -> bool:
-            return all(s.done for s in env.step({a: next(actions) for a in agents}).values())
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for env in made:
-            if step(env):
-                env.reset(seed=int(rng.integers(1 << 30)))
-        steps += len(made)
-    rate = steps / (time.perf_counter() - start)
-    for env in made:
-        env.close()
-    queue.put(rate)
-
-
-def _policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:
-    """Spaces and `rows` recorded observations from the experiment's own env."""
-    from srl.workers.components import make_env
-    from srl.api.env import spaces_of
-
-    env = make_env(config.env.model_dump())
-    obs_space, act_space = spaces_of(env)
-    recorded = []
-    steps = env.reset(seed=config.seed)
-    while len(recorded) < rows:
-        for step in steps.values():
-            recorded.append(NamedArray(step.obs))
-        steps = env.step({a: act_space.sample() for a in env.agent_ids})
-        if all(s.done for s in steps.values()):
-            steps = env.reset()
-    env.close()
-    return obs_space, act_space, stack(recorded[:rows])
-
-
-def _inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
-    from srl.workers.components import make_policy
-    from srl.workers.threads import compute_threads
-
-    compute_threads(1)
-    config = validate(config_data)
-    obs_space, act_space, obs = _policy_inputs(config, batch)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
-    state = policy.initial_state(batch)
-    samples, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        policy.rollout(obs, state)
-        samples += batch
-    queue.put(samples / (time.perf_counter() - start))
-
-
-def _learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device: str = "cpu",
-                  threads: int = 1, report_cores: bool = False) -> None:
-    """Put the env steps/s the learner absorbs; with `report_cores`, then the cores it kept busy
-    (the process's CPU time, all its threads, over the wall time)."""
-    from srl.workers.components import make_algorithm, make_policy
-    from srl.workers.threads import compute_threads
-
-    compute_threads(threads)
-    config = validate(config_data)
-    T = config.actors.trajectory_length
-    obs_space, act_space, obs = _policy_inputs(config, 512)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
-    algorithm = make_algorithm(config.algorithm.model_dump(), policy)
-    # One batch shaped as the trainer sees it: [T + 1, B] with B rows to reach batch_steps.
-    B = max(1, -(-config.trainers.batch_steps // T))
-    batch = _trajectories(policy, obs, T, B)
-    replay = _replay_settings(config)
-    if replay is not None:
-        batch, steps_per_step = _replay_batch(replay, batch)
-    else:
-        steps_per_step = T * B
-    algorithm.step(batch)  # warm-up (allocations, lazy imports)
-    steps, start, cpu = 0.0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - start < seconds:
-        if replay is None:
-            policy.update_statistics(batch[keys.OBS][:-1])
-        algorithm.step(batch)
-        steps += steps_per_step
-    wall = time.perf_counter() - start
-    queue.put(steps / wall)
-    if report_cores:
-        queue.put((time.process_time() - cpu) / wall)
-
-
-def _trajectories(policy: Any, obs: NamedArray, T: int, B: int) -> NamedArray:
-    """A time-major batch [T + 1, B] of recorded observations, the policy's actions, random rewards."""
-    idx = np.random.default_rng(0).integers(0, len(obs), (T + 1) * B)
-    rows = obs[idx].map(lambda x: x.reshape(T + 1, B, *x.shape[1:]))
-    out = policy.rollout(obs[idx], policy.initial_state(len(idx)))
-    batch = NamedArray({keys.OBS: rows})
-    for k in (keys.ACTION, keys.LOGPROB, keys.VALUE):
-        batch[k] = out[k].reshape(T + 1, B, *out[k].shape[1:])
-    batch[keys.REWARD] = np.random.default_rng(1).standard_normal((T + 1, B)).astype(np.float32)
-    batch[keys.TERMINATED] = np.zeros((T + 1, B), bool)
-    batch[keys.TRUNCATED] = np.zeros((T + 1, B), bool)
-    batch[keys.ALIVE] = np.ones((T + 1, B), bool)
-    batch[keys.VERSION] = np.zeros((T + 1, B), np.int64)
-    if keys.RNN_STATE in out:
-        batch[keys.RNN_STATE] = out[keys.RNN_STATE].map(lambda x: x.reshape(T + 1, B, *x.shape[1:]))
-    return batch
-
-
-def _replay_settings(config: ExperimentConfig) -> dict[str, Any] | None:
-    """The settings of the graph's first buffer group, or None when nothing replays."""
-    from srl.api.graph import resolve
-
-    graph = resolve(config).graph
-    buffers = [g for g in graph.groups.values() if g.kind == "buffer"]
-    if not buffers:
-        return None
-    settings = buffers[0].settings
-    if settings["replay"]["replay_ratio"] is None:
-        raise ValueError("srl bench: replay.replay_ratio is null, so an update stands for no definite number of "
-                         "env steps; bench with a ratio (e.g. replay.replay_ratio=0.25)")
-    return settings
-
-
-def _replay_batch(settings: dict[str, Any], trajectories: NamedArray) -> tuple[NamedArray, float]:
-    """A batch as the buffer sends it (drawn from a real `ReplayBuffer`), and the env steps it stands for."""
-    from srl.workers.buffer import make_buffer
-
-    r = settings["replay"]
-    buffer = make_buffer(settings)
-    B = trajectories[keys.REWARD].shape[1] // buffer.G * buffer.G  # whole envs
-    buffer.insert(trajectories[:, :B])
-    return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
 
 
 def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, seconds: float,
@@ -224,20 +72,20 @@ def _isolated_rates(config: ExperimentConfig, data: dict[str, Any], cores: int, 
 
     def parts(i: int) -> dict[tuple[str, ...], tuple[Any, tuple[Any, ...]]]:
         """Process i's measurements by the names of what each puts, in the order they run."""
-        named = {("E",): (_env_rate, (data["env"], per_process, seconds, config.seed + i))}
+        named = {("E",): (env_rate, (data["env"], per_process, seconds, config.seed + i))}
         if batch is not None:
-            named[("I",)] = (_inference_rate, (data, batch, seconds))
+            named[("I",)] = (inference_rate, (data, batch, seconds))
         if threads == 1:
-            named[("L",)] = (_learner_rate, (data, seconds))
+            named[("L",)] = (learner_rate, (data, seconds))
         else:  # the configured trainers' own rate and cores, and the cores the box gives L's N processes
-            named[("L", "Ul")] = (functools.partial(_learner_rate, report_cores=True), (data, seconds))
-            trainer = functools.partial(_learner_rate, threads=threads, report_cores=True)
+            named[("L", "Ul")] = (functools.partial(learner_rate, report_cores=True), (data, seconds))
+            trainer = functools.partial(learner_rate, threads=threads, report_cores=True)
             named[("Lc", "Uc")] = (trainer, (data, seconds)) if i < trainers else (_pause, (seconds, 2))
         return named
 
     names = [name for names in parts(0) for name in names]
     barrier = mp.get_context("spawn").Barrier(cores)
-    rates = _gather(_in_step, lambda i: (list(parts(i).values()), barrier), cores)
+    rates = gather(in_step, lambda i: (list(parts(i).values()), barrier), cores)
     return {name: float(sum(r[k] for r in rates)) for k, name in enumerate(names)}
 
 
@@ -273,118 +121,6 @@ def trainer_limit(rates: dict[str, float], cores: int, count: int, threads: int)
 def _in_turn(*rates: float) -> float:
     """The rate of parts that take turns on the same cores: 1 / (1/r1 + 1/r2 + ...)."""
     return 1.0 / sum(1.0 / r for r in rates)
-
-
-class _Rates(list):
-    """What a measurement puts (the `queue` argument), kept in this process."""
-
-    put = list.append
-
-
-class MeasurementError(RuntimeError):
-    """A measurement that could not be made (a measuring process failed, died or never
-    answered; a system run that produced nothing): which one, and why, in one line."""
-
-
-#: What each measuring target measures, for the error that names a failed one.
-PARTS = {"_env_rate": "the env (E)", "_inference_rate": "the policy's forward pass (I)",
-         "_learner_rate": "the learner (L)", "_inference_rates": "the policy's forward pass",
-         "_niced": "the env (E, at the samplers' priority)", "_in_step": "the isolated rates"}
-#: Seconds a measuring process may take to answer (every part is timed in seconds, not minutes).
-ANSWER_TIMEOUT_S = 600.0
-
-
-def _part(target: Any) -> str:
-    name = getattr(getattr(target, "func", target), "__name__", "")  # functools.partial: its function
-    return PARTS.get(name, name or repr(target))
-
-
-def _failure(target: Any, exc: Exception) -> str:
-    """'<part>: <error type>: <message>', on one line."""
-    return f"{_part(target)}: {type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
-class _Failed(NamedTuple):
-    """What a measuring process puts instead of its rates when its part raised."""
-
-    error: str
-
-
-def _reporting(target: Any, args: tuple[Any, ...], queue: Any) -> None:
-    """A measuring process: `target(*args, queue)`, or, if it raises, the error put on `queue`
-    (the parent raises it as one line; no traceback from a child)."""
-    try:
-        target(*args, queue)
-    except MeasurementError as exc:
-        queue.put(_Failed(str(exc)))
-    except Exception as exc:
-        queue.put(_Failed(_failure(target, exc)))
-
-
-def _in_step(plan: list[tuple[Any, tuple[Any, ...]]], barrier: Any, queue: Any) -> None:
-    """Run the measurements of `plan` one after another, each starting with the other
-    processes' (so every core measures the same thing at once); put the list of rates."""
-    rates = _Rates()
-    for target, args in plan:
-        barrier.wait(timeout=ANSWER_TIMEOUT_S)
-        try:
-            target(*args, rates)
-        except Exception as exc:
-            raise MeasurementError(_failure(target, exc)) from exc
-    queue.put(list(rates))
-
-
-def _parallel(target: Any, args: Any, processes: int) -> float:
-    """Run `target(*args(i), queue)` in `processes` spawned processes; sum their rates."""
-    return float(sum(_gather(target, args, processes)))
-
-
-def _gather(target: Any, args: Any, processes: int) -> list[Any]:
-    """Run `target(*args(i), queue)` in `processes` spawned processes; what each put, in no set order.
-
-    MeasurementError as soon as one of them fails or dies (not after the timeout), or when
-    they have not all answered within ANSWER_TIMEOUT_S."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_reporting, args=(target, args(i), queue)) for i in range(processes)]
-    for p in procs:
-        p.start()
-    try:
-        return _answers(queue, procs, _part(target))
-    except BaseException:  # Ctrl-C, a failed part, no answer: no part runs on
-        for p in procs:
-            p.kill()
-        raise
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.exitcode is None:
-                p.kill()
-                p.join()
-
-
-def _answers(queue: Any, procs: list[Any], part: str) -> list[Any]:
-    """One answer from each of `procs`; MeasurementError for a failure, a death or a silence."""
-    answers: list[Any] = []
-    deadline = time.monotonic() + ANSWER_TIMEOUT_S
-    while len(answers) < len(procs):
-        try:
-            got = queue.get(timeout=0.2)
-        except Empty:
-            # A process that exited cleanly put its answer first (a queue is flushed before exit).
-            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            if dead and queue.empty():
-                code = dead[0]
-                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                raise MeasurementError(f"{part}: a measuring process {how}") from None
-            if time.monotonic() > deadline:
-                raise MeasurementError(f"{part}: {len(procs) - len(answers)} of {len(procs)} measuring "
-                                       f"processes gave no answer in {ANSWER_TIMEOUT_S:.0f} s") from None
-            continue
-        if isinstance(got, _Failed):
-            raise MeasurementError(got.error)
-        answers.append(got)
-    return answers
 
 
 # ------------------------------------------------------------------------ the real system

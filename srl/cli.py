@@ -12,7 +12,7 @@ from typing import Any
 from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file,
                             take_auto, validate_components, validate_structure)
 from srl.api.graph import resolve as resolve_graph
-from srl.bench import MeasurementError
+from srl.measure import MeasurementError
 from srl.launch.tracking import check_wandb
 
 EXIT_CONFIG = 2

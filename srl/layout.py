@@ -2,7 +2,7 @@
 
 `srl train cartpole-ppo actors.count=auto` (or `auto` in any of `AUTO_FIELDS`: envs per slot,
 ring size, inline or remote inference, policy workers, trainer threads) measures, on the
-cores the run has, the three rates `srl bench` isolates (srl/bench.py), each per core:
+cores the run has, the three rates `srl bench` isolates (srl/measure.py), each per core:
 
 * e: env steps/s one core steps the env alone (E / N);
 * i(b): samples/s one core's forward passes reach at batch b (I / N), at powers of two;
@@ -58,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from srl.api.config import AUTO_FIELDS, SAMPLER_NICE, ConfigError, ExperimentConfig, validate_structure
+from srl.measure import (Failed, MeasurementError, Rates, env_rate, gather, inference_rate, learner_rate, parallel,
+                         replay_settings, reporting)
 
 #: CPU seconds one inference request costs each side (actor; policy worker) beyond the forward
 #: pass: encoding, shared memory, ZeroMQ and process wake-ups. docs/benchmarks.md measures the
@@ -295,15 +297,12 @@ def _read(path: Path) -> str:
 
 
 def _inference_rates(config_data: dict[str, Any], batches: list[int], seconds: float, queue: Any) -> None:
-    """srl.bench's forward-pass rate at each batch size, in one process (one start-up for all)."""
-    from srl.bench import _inference_rate
+    """The forward-pass rate (`srl.measure.inference_rate`) at each batch size, in one process
+    (one start-up for all)."""
 
-    class Collect(list):
-        put = list.append
-
-    rates = Collect()
+    rates = Rates()
     for batch in batches:
-        _inference_rate(config_data, batch, seconds, rates)
+        inference_rate(config_data, batch, seconds, rates)
     queue.put(dict(zip(batches, rates)))
 
 
@@ -318,23 +317,22 @@ def _learner_beside_samplers(data: dict[str, Any], cores: int, threads: int, sec
     import multiprocessing as mp
     from queue import Empty
 
-    from srl.bench import MeasurementError, _env_rate, _Failed, _learner_rate, _parallel, _reporting
 
     ctx = mp.get_context("spawn")
     sink = ctx.Queue()
-    samplers = [ctx.Process(target=_reporting, args=(functools.partial(_niced, SAMPLER_NICE, _env_rate),
+    samplers = [ctx.Process(target=reporting, args=(functools.partial(_niced, SAMPLER_NICE, env_rate),
                                                      (data["env"], 16, 600.0, i), sink))
                 for i in range(cores)]
     for p in samplers:
         p.start()
     try:
-        learner = _parallel(functools.partial(_learner_rate, threads=threads), lambda i: (data, seconds), 1)
+        learner = parallel(functools.partial(learner_rate, threads=threads), lambda i: (data, seconds), 1)
         # A sampler that failed meanwhile (it would step for ten minutes) left the learner alone on a core.
         try:
             failed = sink.get(timeout=0.01)
         except Empty:
             failed = None
-        if isinstance(failed, _Failed):
+        if isinstance(failed, Failed):
             raise MeasurementError(f"the samplers beside the learner: {failed.error}")
         return learner
     finally:
@@ -344,8 +342,7 @@ def _learner_beside_samplers(data: dict[str, Any], cores: int, threads: int, sec
 
 
 def measure(config: ExperimentConfig, cores: int, threads: list[int], seconds: float = PART_SECONDS) -> Measured:
-    """e, i(b) and l(t) on `cores` cores, with srl.bench's isolated measurements."""
-    from srl.bench import _env_rate, _gather, _parallel
+    """e, i(b) and l(t) on `cores` cores, with the isolated measurements of srl/measure.py."""
 
     data = config.model_dump(mode="json")
     envs_max = max(1, config.trainers.batch_steps // config.actors.trajectory_length)
@@ -354,8 +351,8 @@ def measure(config: ExperimentConfig, cores: int, threads: list[int], seconds: f
     with tempfile.TemporaryDirectory(prefix="srl-layout-cwd-") as scratch:
         os.chdir(scratch)  # simulators may write files into the working directory
         try:
-            env = _parallel(_env_rate, lambda i: (data["env"], 16, seconds, config.seed + i), cores) / cores
-            per_process = _gather(_inference_rates, lambda i: (data, batches, seconds / 2), cores)
+            env = parallel(env_rate, lambda i: (data["env"], 16, seconds, config.seed + i), cores) / cores
+            per_process = gather(_inference_rates, lambda i: (data, batches, seconds / 2), cores)
             inference = {b: sum(r[b] for r in per_process) / cores for b in batches}
             learner = {t: _learner_beside_samplers(data, cores, t, seconds) for t in threads}
         finally:
@@ -445,7 +442,6 @@ def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: C
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from srl.bench import MeasurementError
 
     ray.init(address=config.ray.address, log_to_driver=False, configure_logging=False)
     try:
@@ -486,7 +482,6 @@ def _cancel(ray: Any, ref: Any) -> None:
 
 def refuse(config: ExperimentConfig, auto: list[str]) -> None:
     """A ConfigError naming the first `auto` field, where the model does not describe the run."""
-    from srl.bench import _replay_settings
 
     why = None
     if config.policies or config.population is not None:
@@ -497,7 +492,7 @@ def refuse(config: ExperimentConfig, auto: list[str]) -> None:
         why = "measures Python envs; with env.backend=envpool set the layout by hand"
     elif config.actors.synchronous:
         why = "has nothing to choose with actors.synchronous (one inline actor)"
-    elif _replay_settings(config) is not None:
+    elif replay_settings(config) is not None:
         why = "models on-policy graphs (actors -> trainers); with replay buffers set the layout by hand"
     if why:
         raise ConfigError(f"{auto[0]}: `auto` {why}")

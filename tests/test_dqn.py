@@ -117,21 +117,21 @@ def test_apex_on_cartpole_learns_through_two_buffers_one_of_them_replaced_when_k
 
 
 def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ratio() -> None:
-    from srl.bench import _replay_batch, _replay_settings, _trajectories
+    from srl.measure import replay_batch, replay_settings, trajectories
 
     config = load("cartpole-dqn")
-    settings = _replay_settings(config)
+    settings = replay_settings(config)
     assert settings is not None and settings["unit"] == "transition" and settings["n_step"] == 3
-    assert _replay_settings(load("cartpole-ppo")) is None
+    assert replay_settings(load("cartpole-ppo")) is None
     policy = _cartpole_policy()
     obs = NamedArray({keys.OBS: np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)})
-    batch, steps = _replay_batch(settings, _trajectories(policy, obs, T=config.actors.trajectory_length, B=8))
+    batch, steps = replay_batch(settings, trajectories(policy, obs, T=config.actors.trajectory_length, B=8))
     r = config.replay
     assert batch[keys.REPLAY_WEIGHT].shape == (r.updates_per_batch, r.batch_size)
     assert steps == r.updates_per_batch / r.replay_ratio  # what one step of the learner absorbs
     DQN(policy, DQNConfig()).step(batch)
     with pytest.raises(ValueError, match="replay_ratio"):
-        _replay_settings(load("pong-apex"))
+        replay_settings(load("pong-apex"))
 
 
 @pytest.mark.integration

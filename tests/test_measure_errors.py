@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from srl import bench
+from srl import measure
 from srl.api import config as cfg
 
 CRASHING_ENV = ["env.type=fake", "env.id=null", "env.args={crash_after_steps: 50}"]
@@ -38,8 +38,8 @@ def _children() -> set[int]:
 def test_a_part_that_raises_fails_the_measurement_at_once_in_one_line():
     env = cfg.load("cartpole-ppo", CRASHING_ENV).env.model_dump(mode="json")
     before, started = _children(), time.monotonic()  # a test process may hold others' (a fork server)
-    with pytest.raises(bench.MeasurementError) as raised:
-        bench._gather(bench._env_rate, lambda i: (env, 4, 60.0, i), 2)  # a minute's measuring asked
+    with pytest.raises(measure.MeasurementError) as raised:
+        measure.gather(measure.env_rate, lambda i: (env, 4, 60.0, i), 2)  # a minute's measuring asked
     assert str(raised.value) == f"the env (E): {CRASH}"
     assert time.monotonic() - started < 45  # the crash ends it, not the window or the answer timeout
     assert not _children() - before  # no measuring process outlives the measurement
@@ -47,8 +47,8 @@ def test_a_part_that_raises_fails_the_measurement_at_once_in_one_line():
 
 def test_a_part_whose_process_dies_is_named_with_its_signal():
     before = _children()
-    with pytest.raises(bench.MeasurementError, match="^_killed: a measuring process was killed by SIGKILL$"):
-        bench._gather(_killed, lambda i: (), 2)
+    with pytest.raises(measure.MeasurementError, match="^_killed: a measuring process was killed by SIGKILL$"):
+        measure.gather(_killed, lambda i: (), 2)
     assert not _children() - before
 
 

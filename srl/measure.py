@@ -184,7 +184,7 @@ class MeasurementError(RuntimeError):
     answered; a system run that produced nothing): which one, and why, in one line."""
 
 
-#: What each measuring target measures, for the error that names a failed one.
+#: What each measuring target (here and in srl/layout.py) measures, for the error that names a failed one.
 PARTS = {"env_rate": "the env (E)", "inference_rate": "the policy's forward pass (I)",
          "learner_rate": "the learner (L)", "_inference_rates": "the policy's forward pass",
          "_niced": "the env (E, at the samplers' priority)", "in_step": "the isolated rates"}

@@ -7,11 +7,19 @@
 # is used but not declared; gym >= 0.26 changed `reset()`, which gfootball still calls the
 # old way. Safe to run twice: it does nothing when `import gfootball` already works.
 #
+# The versions of everything it installs come from constraints.txt at the repository's root
+# (CONSTRAINTS=path for another file, CONSTRAINTS= for none).
+#
 #   . .venv/bin/activate && bash scripts/install_football.sh
 set -euo pipefail
 
 PYTHON="${PYTHON:-python}"
 GFOOTBALL_VERSION="2.10.2"
+CONSTRAINTS="${CONSTRAINTS-$(cd "$(dirname "$0")/.." && pwd)/constraints.txt}"
+PIN=()
+if [ -n "$CONSTRAINTS" ]; then
+    PIN=(-c "$CONSTRAINTS")
+fi
 
 if "$PYTHON" -c "import gfootball.env" 2>/dev/null; then
     echo "gfootball is already installed; nothing to do."
@@ -37,9 +45,9 @@ $SUDO apt-get install -y -q --no-install-recommends \
     libboost-python-dev libboost-thread-dev libboost-system-dev libboost-filesystem-dev
 
 echo "== build tools"
-"$PYTHON" -m pip install -U pip setuptools wheel psutil
+"$PYTHON" -m pip install -U pip setuptools wheel psutil "${PIN[@]}"
 
 echo "== gfootball $GFOOTBALL_VERSION (builds the engine from source: a few minutes)"
-"$PYTHON" -m pip install --no-build-isolation "gfootball==$GFOOTBALL_VERSION" "gym<0.26" six
+"$PYTHON" -m pip install --no-build-isolation "gfootball==$GFOOTBALL_VERSION" "gym<0.26" six "${PIN[@]}"
 
 "$PYTHON" -c "import gfootball.env; print('gfootball installed')"

@@ -442,8 +442,9 @@ def measure_on_ray_node(config: ExperimentConfig, auto: list[str], threads_on: C
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from srl.launch.ray_launcher import connect
 
-    ray.init(address=config.ray.address, log_to_driver=False, configure_logging=False)
+    connect(config.ray.address)
     try:
         node = ray_node(config, auto, ray.nodes())
         cores = int(node["Resources"]["CPU"])

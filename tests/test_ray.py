@@ -21,8 +21,15 @@ from srl.launch.loopback_ray import HEAD, SECOND, loopback_ray_cluster  # noqa: 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    """The cluster runs in token mode with a token of its own; the drivers the tests start (`srl train
+    ...`) carry it. Its nodes' home holds a stray default token (`~/.ray/auth_token`, not the cluster's),
+    as on a machine where a bare `ray.init()` once ran: that must change nothing."""
+    home = tmp_path_factory.mktemp("node-home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("f" * 64)
     # The nodes' workers keep their measurements for `auto` layouts in a cache of the cluster's own.
-    with loopback_ray_cluster(env={"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("node-cache"))}) as running:
+    env = {"HOME": str(home), "XDG_CACHE_HOME": str(tmp_path_factory.mktemp("node-cache"))}
+    with loopback_ray_cluster(env=env) as running, running.driver_environment():
         yield running
 
 
@@ -265,3 +272,46 @@ def test_auto_whose_measuring_fails_on_the_node_says_why_in_one_line(cluster, ru
            "the env (E): RuntimeError: simulated simulator crash after 50 steps")
     assert why in result.stderr.splitlines(), result.stderr[-3000:]
     assert not run_dir.exists()
+
+
+def _without_token(**extra: str) -> dict[str, str]:
+    """This process's environment less Ray's token settings (which the cluster fixture set), plus `extra`."""
+    from srl.launch.loopback_ray import AUTH_VARIABLES
+
+    return {**{k: v for k, v in os.environ.items() if k not in AUTH_VARIABLES}, **extra}
+
+
+def test_a_driver_without_the_clusters_token_is_refused_in_one_line(cluster, tmp_path):
+    """The cluster runs in token mode; a driver that sends no token, or another token, is told in
+    one line what to set, before any run starts (Ray alone retries for 20 s, then a traceback)."""
+    from conftest import srl_command
+
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text("0" * 64)
+    cases = {"no token": ({}, "sends no token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH"),
+             "another token": ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)},
+                               f"refuses the token from RAY_AUTH_TOKEN_PATH ({wrong})")}
+    for case, (env, said) in cases.items():
+        run_dir = tmp_path / case.replace(" ", "_")
+        result = subprocess.run(srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray",
+                                            f"ray.address={cluster.address}", "log.tensorboard=false"),
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_without_token(**env))
+        assert result.returncode == 2, (case, result.stderr[-3000:])
+        lines = [line for line in result.stderr.splitlines() if line.startswith("srl: config error:")]
+        assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr, (case, result.stderr[-3000:])
+        assert "InvalidAuthToken" not in result.stderr  # Ray's own retry lines are not shown
+
+
+def test_a_private_cluster_keeps_its_token_out_of_home(tmp_path):
+    """`launcher=ray` with no address starts a private cluster in token mode with a token of its
+    own; Ray's default would write ~/.ray/auth_token, after which every `ray start --head` on the
+    machine demands it of the nodes joining."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ("import os, ray\nfrom srl.launch.ray_launcher import connect\nconnect(None)\n"
+              "print(os.environ['RAY_AUTH_MODE'], len(ray.nodes()))\nray.shutdown()\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                            env=_without_token(HOME=str(home), RAY_USAGE_STATS_ENABLED="0"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["token", "1"]
+    assert not (home / ".ray" / "auth_token").exists()

@@ -4,12 +4,18 @@ It gets a temp dir of its own and is stopped by PID: exactly the processes that 
 on their command line or hold a file in it, and their descendants (never `ray stop`, which
 would stop every Ray process on the machine). The head has the custom resource `node1`, the
 second node `node2`, so a config can place a group on either.
+
+It runs in Ray's token mode, with a token of its own in its temp dir: both nodes and every
+driver that joins (`cluster.env`) use that token, whatever `~/.ray/auth_token` holds, so the
+cluster behaves the same on a machine that has a default token and on one that has none, and
+tests exercise the secure path users run (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,10 +30,37 @@ import psutil
 HEAD, SECOND = "127.0.0.2", "127.0.0.3"
 
 
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
 @dataclass(frozen=True)
 class LoopbackCluster:
     address: str
     temp_dir: str
+
+    @property
+    def token_path(self) -> str:
+        return os.path.join(self.temp_dir, "auth_token")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process needs in its environment to join the cluster: token mode and its token."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": self.token_path}
+
+    @contextlib.contextmanager
+    def driver_environment(self) -> Iterator[None]:
+        """Set `env` in this process's environment (for drivers it starts), as it was afterwards."""
+        saved = {name: os.environ.get(name) for name in AUTH_VARIABLES}
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the path
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster (Ray's agents retitle themselves, e.g. `ray::DashboardAgent`,
@@ -52,6 +85,14 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def _ray_start(command: list[str], env: dict[str, str]) -> None:
+    """Run `ray start ...`; a failure says what Ray printed, not only its exit status."""
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    if result.returncode != 0:
+        printed = (result.stderr + result.stdout).strip().splitlines()
+        raise RuntimeError(f"{' '.join(command[1:3])} failed ({result.returncode}): " + " | ".join(printed[-8:]))
+
+
 @contextlib.contextmanager
 def loopback_ray_cluster(cpus: int = 2, env: dict[str, str] | None = None) -> Iterator[LoopbackCluster]:
     """Start the two nodes, yield the cluster, stop its processes; RuntimeError if any outlive that.
@@ -59,16 +100,18 @@ def loopback_ray_cluster(cpus: int = 2, env: dict[str, str] | None = None) -> It
     `env`: variables set for the nodes' processes (and so their workers) beyond this process's own."""
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     cluster = LoopbackCluster(f"{HEAD}:{_free_port(HEAD)}", tempfile.mkdtemp(prefix="srl-ray-"))
-    env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0"}
+    inherited = {name: value for name, value in os.environ.items() if name not in AUTH_VARIABLES}
+    env = {**inherited, **(env or {}), **cluster.env, "RAY_USAGE_STATS_ENABLED": "0"}
     common = [f"--num-cpus={cpus}", f"--temp-dir={cluster.temp_dir}", "--disable-usage-stats"]
     try:
-        subprocess.run([ray_cli, "start", "--head", f"--node-ip-address={HEAD}", f"--port={cluster.address.split(':')[1]}",
-                        "--include-dashboard=false", '--resources={"node1": 1}', *common],
-                       check=True, capture_output=True, env=env, timeout=120)
+        with open(os.open(cluster.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as token:
+            token.write(secrets.token_hex(32))
+        _ray_start([ray_cli, "start", "--head", f"--node-ip-address={HEAD}", f"--port={cluster.address.split(':')[1]}",
+                    "--include-dashboard=false", '--resources={"node1": 1}', *common], env)
         # A small object store keeps the second node within a small machine's memory.
-        subprocess.run([ray_cli, "start", f"--address={cluster.address}", f"--node-ip-address={SECOND}",
-                        '--resources={"node2": 1}', "--object-store-memory=300000000", common[0],
-                        "--disable-usage-stats"], check=True, capture_output=True, env=env, timeout=120)
+        _ray_start([ray_cli, "start", f"--address={cluster.address}", f"--node-ip-address={SECOND}",
+                    '--resources={"node2": 1}', "--object-store-memory=300000000", common[0],
+                    "--disable-usage-stats"], env)
         yield cluster
     finally:
         processes = cluster.processes()

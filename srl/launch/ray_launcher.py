@@ -8,16 +8,24 @@ resources (`actors.resources: {node2: 0.01}`).
 
 Placement happens before wiring: every worker's actor is created first, reports the node
 it landed on, and only then does the graph choose each stream's transport.
+
+Clusters of Ray 2.60 and later may require a token from every process that joins them
+(`RAY_AUTH_MODE=token`); `connect` checks that before joining, so a driver without the
+cluster's token gets one line saying what to set instead of Ray's retries and a traceback.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import os
+import secrets
 import shutil
 import signal
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -27,6 +35,75 @@ from srl.api.config import ConfigError
 from srl.launch.launcher import Launcher
 from srl.streams import shm
 from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
+
+
+AUTH_DOCS = "docs/cluster.md, \"Token authentication\""
+
+
+def connect(address: str | None, namespace: str | None = None) -> None:
+    """Join the Ray cluster at `address` (`HOST:PORT`; None: RAY_ADDRESS where the environment sets
+    it, as under `ray job submit`), or else start a private one on this machine.
+
+    ConfigError in one line where the cluster refuses this process's token (or its lack of one).
+    A private cluster runs in token mode with a token of its own in a private temp dir, unless
+    the environment sets Ray's token variables: Ray would otherwise write `~/.ray/auth_token`,
+    after which every `ray start --head` on this machine demands that token of nodes joining it."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        _private_token()
+        address = "local"
+    elif ":" in address and "://" not in address:
+        _check_admitted(address)
+    ray.init(address=address, namespace=namespace, log_to_driver=False, configure_logging=False)
+
+
+def _private_token() -> None:
+    """A fresh token for the private cluster this process starts (and any later one). Ray turns on
+    token mode for a cluster `ray.init` starts and reads the token from RAY_AUTH_TOKEN_PATH; it writes
+    `~/.ray/auth_token` only where no token is found."""
+    if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return  # the user's own choice
+    directory = tempfile.mkdtemp(prefix="srl-ray-token-")  # 0700
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # the cluster ends with this process
+    path = os.path.join(directory, "auth_token")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as token:
+        token.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
+
+
+def _check_admitted(address: str) -> None:
+    """ConfigError if the cluster's GCS at `address` refuses this process's authentication."""
+    from ray._raylet import GcsClient
+
+    try:
+        with _quiet_stderr():  # Ray's client logs each refusal itself, besides raising
+            GcsClient(address=address)
+    except ray.exceptions.AuthenticationError:
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            raise ConfigError(
+                f"ray.address={address}: the cluster requires Ray's token authentication and this process "
+                f"sends no token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a file holding the cluster's "
+                f"token (or RAY_AUTH_TOKEN to the token itself); {AUTH_DOCS}") from None
+        source = ("RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else
+                  f"RAY_AUTH_TOKEN_PATH ({os.environ['RAY_AUTH_TOKEN_PATH']})" if os.environ.get("RAY_AUTH_TOKEN_PATH")
+                  else "~/.ray/auth_token (neither RAY_AUTH_TOKEN nor RAY_AUTH_TOKEN_PATH is set)")
+        raise ConfigError(f"ray.address={address}: the cluster refuses the token from {source}: set "
+                          f"RAY_AUTH_TOKEN_PATH (or RAY_AUTH_TOKEN) to the cluster's own token; {AUTH_DOCS}") from None
+    except ray.exceptions.RayError as exc:  # no GCS there, or it did not answer
+        raise ConfigError(f"ray.address={address}: cannot reach the cluster's GCS there: {exc}") from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null for the block: Ray's C++ client writes there directly."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @ray.remote(max_restarts=0, max_concurrency=2)
@@ -109,7 +186,7 @@ class RayLauncher(Launcher):
     def __init__(self, address: str | None, run_id: str) -> None:
         self.run_id = run_id
         self.namespace = f"srl-{run_id}"
-        ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False)
+        connect(address, self.namespace)
         self.driver_host = ray.util.get_node_ip_address()
         self.actors: dict[str, Any] = {}
         self.refs: dict[str, Any] = {}

@@ -5,9 +5,9 @@ import os
 # Before anything imports torch (its OpenMP runtime reads this once, when it loads), and
 # inherited by every worker process: a trainer's idle intra-op threads sleep between parallel
 # regions instead of spinning for the CPU the samplers beside it need. A two-thread trainer
-# whose second core also runs another process spun its thread at that core's pace: `pong-ppo`
-# trained at 0.37 of `limit_T` with a busy loop on one core and 0.96-0.97 without the spinning;
-# on a quiet box 0.77-0.79 against 0.89-0.96 (docs/benchmarks.md). A value the user set is kept.
+# whose second core also runs another process spun its thread at that core's pace, and trained
+# far slower beside a busy core and measurably slower on a quiet box (docs/benchmarks.md,
+# "Measurements behind the code"). A value the user set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"

@@ -62,8 +62,8 @@ from srl.measure import (Failed, MeasurementError, Rates, env_rate, gather, infe
                          replay_settings, reporting)
 
 #: CPU seconds one inference request costs each side (actor; policy worker) beyond the forward
-#: pass: encoding, shared memory, ZeroMQ and process wake-ups. docs/benchmarks.md measures the
-#: actor's side at about 104 µs (ring sweep, Pong); the policy worker's is taken as alike.
+#: pass: encoding, shared memory, ZeroMQ and process wake-ups. The actor's side measures close
+#: to this (docs/benchmarks.md, "Env ring sweep"); the policy worker's is taken as alike.
 REQUEST_COST_S = 100e-6
 #: Predictions this close to the best are taken as equal.
 TIE = 0.03

@@ -33,7 +33,8 @@ class SumTree:
         if node[-1] - node[0] + 1 == len(node) and (np.diff(node) == 1).all():
             # Consecutive leaves (a buffer stores whole segments side by side): their parents are
             # a run too, repaired by slices. Checked on the leaves, before any sorting: np.unique
-            # took 83 of the 104 µs a stored trajectory's 2,048 leaves cost here.
+            # of a stored trajectory's leaves cost more than the rest of the update
+            # (docs/benchmarks.md, "Measurements behind the code").
             self._repair_run(int(node[0]) // 2, int(node[-1]) // 2 + 1)
             return
         node = np.unique(node // 2)  # sorted once: halving keeps it sorted, so each level dedupes in O(n)

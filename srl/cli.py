@@ -39,9 +39,10 @@ def _train(args: argparse.Namespace) -> int:
         config = validate_structure(data)
         # Start the worker fork server now: it imports torch on one core while the
         # components' own settings are checked (which imports them) on the other.
-        from srl.launch.local import LocalLauncher
+        if config.launcher == "local":
+            from srl.launch.local import LocalLauncher
 
-        LocalLauncher.prepare()
+            LocalLauncher.prepare()
         config = validate_components(config)
         check_devices(config)
         check_wandb(config.log.wandb)

@@ -36,6 +36,8 @@ def test_a_paced_worker_counts_as_silent_only_after_four_missed_beats():
     assert silence_timeout(10.0, 5.0) == 20.0
 
     class Launcher:
+        hangs_possible = True
+
         def exitcode(self, name):
             return None
 

@@ -402,8 +402,10 @@ class ExperimentConfig(Section):
     evaluation: EvaluationConfig = EvaluationConfig()
     #: Absent: no self-play (one policy plays every agent). `self_play: {learner: [...]}` turns it on.
     self_play: SelfPlayConfig | None = None
-    #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster.
-    launcher: Literal["local", "ray"] = "local"
+    #: `local`: every worker a process here. `ray`: the same graph on a Ray cluster. `inline`:
+    #: every worker in this one process, stepped in turn by one loop (for debugging: a
+    #: `breakpoint()` anywhere stops the run there; no child process, no shared memory).
+    launcher: Literal["local", "ray", "inline"] = "local"
     ray: RayConfig = RayConfig()
     #: Changes to the algorithm's worker graph, by group name (`actor`, `policy`, `trainer`),
     #: or new groups of any worker kind (see `srl.api.graph`).
@@ -491,6 +493,13 @@ class ExperimentConfig(Section):
         if self.trainers.count > self.actors.count:
             raise ValueError(f"trainers.count: {self.trainers.count} trainers cannot be placed with "
                              f"{self.actors.count} actors (each consumes at least one actor's samples)")
+        if self.launcher == "inline":
+            counts = [("trainers.count", self.trainers.count)] if not self.policies else [
+                (f"policies.{name}.trainers.count", spec.trainers.count) for name, spec in self.policies.items()]
+            for field, count in counts:
+                if count > 1:
+                    raise ValueError(f"{field}: launcher=inline runs one trainer per policy (data-parallel "
+                                     "trainers wait for each other inside a step; one loop cannot run them)")
         return self
 
 

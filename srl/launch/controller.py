@@ -71,6 +71,10 @@ class Controller:
             from srl.launch.ray_launcher import RayLauncher
 
             launcher = RayLauncher(config.ray.address, self.run_id)
+        elif launcher is None and config.launcher == "inline":
+            from srl.launch.inline import InlineLauncher
+
+            launcher = InlineLauncher()
         self.launcher: Launcher = launcher or LocalLauncher()
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
         context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
@@ -135,9 +139,10 @@ class Controller:
         control = StreamEnd(CONTROL_KEY, self.launcher.control_transport)
         common = {"seed": self.config.seed, "run_dir": str(self.run_dir.path), "control": control,
                   "resume": self.resume}
-        provisional = wire(self.graph, self.config.streams.transport, lambda name: "", **common)
+        transport = self.launcher.stream_transport or self.config.streams.transport
+        provisional = wire(self.graph, transport, lambda name: "", **common)
         self.launcher.place(provisional)
-        specs = wire(self.graph, self.config.streams.transport, self.launcher.host_of, **common)
+        specs = wire(self.graph, transport, self.launcher.host_of, **common)
         placed = {spec.name for spec in provisional}
         self.launcher.place([spec for spec in specs if spec.name not in placed])
         here = self.launcher.host_of(CONTROL_KEY)
@@ -195,6 +200,7 @@ class Controller:
         last = (time.monotonic(), self.env_steps)
         next_check = 0.0
         while not self.stop_reason:
+            self.launcher.idle()
             self._take_messages(50)
             now = time.monotonic()
             if self._interrupted:
@@ -329,6 +335,7 @@ class Controller:
             # One look over the workers per turn of messages: a look is as long as the run is large.
             turn_ends = time.monotonic() + CHECK_EVERY_S
             while time.monotonic() < turn_ends:
+                self.launcher.idle()
                 self._take_messages(50)
         for name in started:
             if self.launcher.exitcode(name) is None and not may_say_goodbye(name):

@@ -1,7 +1,8 @@
 """The launcher interface: the only part of SRL that knows where a worker runs.
 
 The controller is typed against it; `LocalLauncher` (processes on this machine) and
-`RayLauncher` (actors on a Ray cluster) implement it. The loop it lives in::
+`RayLauncher` (actors on a Ray cluster) and `InlineLauncher` (every worker in this process,
+stepped in turn) implement it. The loop it lives in::
 
     launcher.place(specs)                      # decide (and learn) each worker's host
     specs = wire(graph, host_of=launcher.host_of, ...)
@@ -24,6 +25,13 @@ class Launcher(ABC):
     name: str
     #: How workers reach the controller: shared memory on one host, ZeroMQ across hosts.
     control_transport: Transport
+    #: The transport of every stream, whatever the config says (None: chosen from the hosts).
+    stream_transport: Transport | None = None
+    #: Whether one worker can hang while the others go on (the controller's watchdogs look for it).
+    hangs_possible: bool = True
+
+    def idle(self) -> None:
+        """Called by the controller at every turn of its loop (the inline launcher steps its workers)."""
 
     def worker_context(self, context: ContextSpec) -> ContextSpec:
         """The run's context as workers placed by this launcher must rebuild it."""

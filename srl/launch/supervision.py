@@ -156,7 +156,7 @@ class Supervisor:
                     return f"worker {name} failed to start: {last}", ""
                 why = worker.hung or f"died with exit code {code}" + (f" ({last})" if last else "")
                 reason = self._restart(worker, why, now)
-            elif worker.state == "running" and (why := self._stalled(worker, now)):
+            elif worker.state == "running" and self.launcher.hangs_possible and (why := self._stalled(worker, now)):
                 self._hang(worker, why, now)
             elif worker.state == "hung" and now - worker.hung_at > STACK_DUMP_S:
                 worker.hung_log = worker.hung_log or last_words(self.log_tail(name))
@@ -192,6 +192,8 @@ class Supervisor:
 
     def _run_stalled(self) -> tuple[str, str] | None:
         """Every watched worker waits on another and none has moved on for a window: nobody to blame."""
+        if not self.launcher.hangs_possible:
+            return None
         watched = [w for w in self.workers.values() if self._window(w) is not None]
         if not watched or not all(w.state == "running" and w.waiting for w in watched):
             return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 
@@ -101,17 +100,11 @@ class InlineInference(InferenceClient):
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
         return self.ready.popleft() if self.ready else None
 
-    def await_parameters(self, while_waiting: Callable[[], bool]) -> bool:
-        """Block until a new version is published and take it (synchronous acting).
-
-        Calls `while_waiting` between looks (the actor's heartbeat) and gives up when it
-        returns False: a training step may take long, and a stop must still get through.
-        """
+    def take_new_parameters(self) -> bool:
+        """Take the newest version if one came out since the last (synchronous acting waits for it)."""
         assert self.params is not None
-        while (new := self.params.poll()) is None:
-            if not while_waiting():
-                return False
-            time.sleep(0.001)
+        if (new := self.params.poll()) is None:
+            return False
         self.policy.set_params(new[1], new[0])
         return True
 

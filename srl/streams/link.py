@@ -4,10 +4,12 @@ A link is a ZeroMQ DEALER (client) / ROUTER (server) pair. Every message carries
 `slot` number chosen by the client (a ring slot for inference, a credit for samples);
 the reply to a slot goes back to the client that sent it.
 
-Two transports, one code path:
+Three transports, one code path:
 
 * ``zmq``: arrays travel inside the message as raw frames over TCP, sealed with the
   run's secret (see `srl.data.wire`).
+* ``inproc``: every end in this process (`launcher: inline`): the frames go through ZeroMQ's
+  in-process queues; nothing crosses a socket or shared memory, so nothing is sealed.
 * ``shm``: arrays are laid out in a shared-memory segment owned by the sender; only a
   small descriptor crosses a Unix socket in a directory private to the run's user.
   The receiver gets views into the segment that stay valid until the same slot is
@@ -40,7 +42,7 @@ from srl.data.named_array import NamedArray
 from srl.streams.names import NameService
 from srl.streams.shm import PREFIX, Segment
 
-Transport = Literal["shm", "zmq"]
+Transport = Literal["shm", "zmq", "inproc"]
 _SHM_KEY = "_shm"
 _SLOT_KEY = "_slot"
 #: Invalid messages, and their bytes, one `recv` call looks at, at most: past either it returns
@@ -85,6 +87,9 @@ class StreamContext:
     #: Messages every link of this process rejected, by reason (`wire.OVERSIZED`, ...). Links
     #: in helper threads add to it too; a count lost to a race would only be a count.
     rejected: collections.Counter = field(default_factory=collections.Counter, repr=False)
+    #: Every worker of the run lives in this process, stepped in turn by one loop (`launcher:
+    #: inline`): nothing may wait for another, so every wait on a link returns at once.
+    inline: bool = False
 
     def cap(self, kind: str) -> int:
         return self.caps.get(kind) or _DEFAULT_CAPS[kind]
@@ -211,6 +216,8 @@ class LinkWaiter:
 
     def wait(self, timeout_ms: int) -> bool:
         """Whether any link has a message waiting within `timeout_ms`."""
+        if self.links and self.links[0].ctx.inline:
+            timeout_ms = 0
         if any(link.socket is not socket for link, socket in zip(self.links, self._sockets)):
             self._watch()
         return bool(self._poller.poll(timeout_ms))
@@ -231,6 +238,8 @@ class _Endpoint:
         self.guard = wire.Guard(None, "", self.max_bytes)
         self.rejected: collections.Counter = collections.Counter()
         self.last_error = ""
+        #: Messages dropped on the way out, inline only: their receiver had gone.
+        self.unsent = 0
 
     def _socket(self, socket_type: int) -> zmq.Socket:
         socket = self.ctx.zmq_context.socket(socket_type)
@@ -315,8 +324,20 @@ class _Endpoint:
         """One received message, decoded (None: rejected)."""
         return self._decode(frames)
 
+    def _send(self, frames: list[Any]) -> None:
+        # copy=True: zmq may send after we return, and callers reuse their arrays at once.
+        if not self.ctx.inline:
+            self.socket.send_multipart(frames, copy=True)
+            return
+        # Inline nothing may wait: a client whose server has gone (stopped before it, replaced)
+        # would block on an in-process socket with no peer, where a network one queues.
+        try:
+            self.socket.send_multipart(frames, copy=True, flags=zmq.DONTWAIT)
+        except zmq.Again:
+            self.unsent += 1
+
     def _poll(self, timeout_ms: int) -> bool:
-        return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
+        return bool(self.socket.poll(0 if self.ctx.inline else timeout_ms, zmq.POLLIN))
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -342,6 +363,9 @@ class LinkServer(_Endpoint):
                               "TMPDIR to a shorter one (such as /tmp)")
             self.address = f"ipc://{path}"
             self.socket.bind(self.address)
+        elif transport == "inproc":
+            self.address = f"inproc://{ctx.run_id}/{key}.{secrets.token_hex(3)}"
+            self.socket.bind(self.address)
         else:
             self.socket.bind(f"tcp://{ctx.host}:0")
             self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -366,8 +390,7 @@ class LinkServer(_Endpoint):
             if writer is None:
                 name = f"{self.ctx.shm_prefix}{self.key.replace('/', '.')}-{self._token}_r{len(self._writers)}"
                 writer = self._writers[client] = ShmWriter(name)
-        # copy=True: zmq may send after we return, and callers reuse their arrays at once.
-        self.socket.send_multipart([client, *self._encode(slot, meta, arrays, writer)], copy=True)
+        self._send([client, *self._encode(slot, meta, arrays, writer)])
 
     def close(self) -> None:
         for writer in self._writers.values():
@@ -381,7 +404,8 @@ class LinkClient(_Endpoint):
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str, lookup_timeout_s: float = 60.0,
                  kind: str = "control") -> None:
         super().__init__(ctx, key, transport, zmq.DEALER, kind)
-        self.address = ctx.names.lookup(key, lookup_timeout_s)
+        # Inline, a server not registered yet never will be while we wait (no one else runs).
+        self.address = ctx.names.lookup(key, 0.0 if ctx.inline else lookup_timeout_s)
         self.socket.connect(self.address)
         self._bind(self.address, ">", "<")
         # The token keeps a restarted worker's segments apart from its predecessor's.
@@ -401,7 +425,7 @@ class LinkClient(_Endpoint):
         return True
 
     def send(self, slot: int, meta: dict[str, Any], arrays: NamedArray | None = None) -> None:
-        self.socket.send_multipart(self._encode(slot, meta, arrays, self.writer), copy=True)
+        self._send(self._encode(slot, meta, arrays, self.writer))
 
     def close(self) -> None:
         if self.writer is not None:

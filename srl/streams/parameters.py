@@ -4,6 +4,9 @@
 sequence lock; a subscriber checks one integer to learn whether anything is new, so
 polling between inference batches costs nothing.
 
+`inproc` (every worker in this process, `launcher: inline`): the publisher keeps its newest
+version on a board that subscribers read directly.
+
 `zmq`: PUB/SUB over TCP with sealed messages (`wire.Seal`). A background thread receives
 and decodes, so a large model never stalls the subscriber's loop; the publisher re-sends the
 latest version now and then for subscribers that joined (or restarted) after it was
@@ -241,6 +244,58 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self.socket.close(linger=0)
 
 
+#: The boards of this process's in-process publishers, by the name each registers.
+_BOARDS: dict[str, InprocParameterPublisher] = {}
+
+
+class InprocParameterPublisher(ParameterPublisher):
+    """The newest version as an immutable snapshot: each publish replaces it, never changes it,
+    so subscribers may hold it without a copy of their own."""
+
+    def __init__(self, ctx: StreamContext, key: str) -> None:
+        self.name = f"inproc:{ctx.run_id}/{key}.{secrets.token_hex(3)}"
+        self.latest: tuple[int, NamedArray, dict[str, Any]] | None = None
+        _BOARDS[self.name] = self
+        ctx.names.register(key, self.name)
+
+    def publish(self, version: int, params: NamedArray, meta: dict[str, Any] | None = None) -> None:
+        self.latest = (version, params.copy(), dict(meta or {}))
+
+    def close(self) -> None:
+        _BOARDS.pop(self.name, None)
+
+
+class InprocParameterSubscriber(ParameterSubscriber):
+    def __init__(self, ctx: StreamContext, key: str) -> None:
+        self.ctx, self.key = ctx, key
+        self.name = ctx.names.lookup(key, 0.0)
+        self.version = -1
+        self.last_lookup = time.monotonic()
+
+    def poll(self) -> tuple[int, NamedArray, dict[str, Any]] | None:
+        if time.monotonic() - self.last_lookup > REPUBLISH_S:  # a restarted trainer publishes anew
+            self.last_lookup = time.monotonic()
+            name = self.ctx.names.get(self.key)
+            if name and name != self.name:
+                self.name, self.version = name, -1
+        board = _BOARDS.get(self.name)
+        latest = board.latest if board is not None else None
+        if latest is None or latest[0] <= self.version:
+            return None
+        self.version = latest[0]
+        return latest[0], latest[1], dict(latest[2])
+
+    def wait(self, timeout_s: float = 60.0) -> tuple[int, NamedArray, dict[str, Any]]:
+        # Nobody else runs while we wait: what is not published yet never will be.
+        if (got := self.poll()) is None:
+            raise RuntimeError(f"parameters stream {self.key!r}: nothing published yet; inline, the group that "
+                               "publishes it must come before its readers in the graph")
+        return got
+
+    def close(self) -> None:
+        pass
+
+
 class FanOut(ParameterPublisher):
     """Publish every version to several publishers (this host's shared memory, and the network)."""
 
@@ -264,9 +319,13 @@ class FanOut(ParameterPublisher):
             publisher.close()
 
 
+_PUBLISHERS = {"shm": ShmParameterPublisher, "zmq": ZmqParameterPublisher, "inproc": InprocParameterPublisher}
+_SUBSCRIBERS = {"shm": ShmParameterSubscriber, "zmq": ZmqParameterSubscriber, "inproc": InprocParameterSubscriber}
+
+
 def open_publisher(ctx: StreamContext, key: str, transport: Transport) -> ParameterPublisher:
-    return ShmParameterPublisher(ctx, key) if transport == "shm" else ZmqParameterPublisher(ctx, key)
+    return _PUBLISHERS[transport](ctx, key)
 
 
 def open_subscriber(ctx: StreamContext, key: str, transport: Transport) -> ParameterSubscriber:
-    return ShmParameterSubscriber(ctx, key) if transport == "shm" else ZmqParameterSubscriber(ctx, key)
+    return _SUBSCRIBERS[transport](ctx, key)

@@ -33,6 +33,9 @@ class Meta(dict):
 class SampleProducer:
     """An actor's end. If the trainer is replaced while we wait for credit, start afresh there.
 
+    A producer that must not block (every worker is a `poll` that returns) calls `try_put`,
+    and `poll(timeout_ms)` to sleep until a credit may have come.
+
     Trajectories in flight to a trainer that died are lost (at most `slots` of them).
     """
 
@@ -46,8 +49,10 @@ class SampleProducer:
         #: Seconds spent waiting for credit: the trainer holding the actor back.
         self.blocked_s = 0.0
         self.replies: list[NamedArray] = []
-        #: When `try_put` first found no credit (None: it had credit last time).
+        #: When `try_put` first found no credit (None: it had credit last time); and when it
+        #: started to (None: it has since sent), as `_short_since` restarts at each reconnect.
         self._short_since: float | None = None
+        self._blocked_since: float | None = None
 
     @property
     def in_flight(self) -> int:
@@ -80,17 +85,21 @@ class SampleProducer:
         return replies
 
     def try_put(self, batch: NamedArray, meta: dict[str, Any] | None = None) -> bool:
-        """Send `batch` if a credit is free; never waits. False: none is (the batch was not sent)."""
+        """Send `batch` if a credit is free; never waits. False: none is (the batch was not sent;
+        the time until a later call sends it counts as `blocked_s`)."""
         self._collect_credits(0)
         if not self.free:
             now = time.monotonic()
             if self._short_since is None:
-                self._short_since = now
+                self._short_since = self._blocked_since = now
             elif now - self._short_since > self.reconnect_after_s:
                 self._short_since = now
                 self._reconnect_if_replaced()
             if not self.free:
                 return False
+        if self._blocked_since is not None:  # the trainer held us back until now
+            self.blocked_s += time.monotonic() - self._blocked_since
+            self._blocked_since = None
         self._short_since = None
         self.link.send(self.free.pop(), meta or {}, batch)
         return True
@@ -98,21 +107,10 @@ class SampleProducer:
     def put(self, batch: NamedArray, meta: dict[str, Any] | None = None,
             while_waiting: Callable[[], bool] | None = None) -> bool:
         """Send `batch`; waits for a credit, calling `while_waiting` every 100 ms (return False to give up)."""
-        self._collect_credits(0)
-        blocked = not self.free
-        waiting_since = blocked_since = time.monotonic()
-        while not self.free:
-            self._collect_credits(100)
-            if not self.free and time.monotonic() - waiting_since > self.reconnect_after_s:
-                waiting_since = time.monotonic()
-                self._reconnect_if_replaced()
+        while not self.try_put(batch, meta):
+            self.poll(100)
             if not self.free and while_waiting is not None and not while_waiting():
-                break
-        if blocked:  # the clock is read again only when the trainer held us back
-            self.blocked_s += time.monotonic() - blocked_since
-        if not self.free:
-            return False
-        self.link.send(self.free.pop(), meta or {}, batch)
+                return False
         return True
 
     def close(self) -> None:
@@ -154,7 +152,8 @@ class DrainingConsumer:
     """Keeps the sample stream drained from a thread, holding at most `capacity` trajectories.
 
     With it actors never wait: when the trainer falls behind, the *oldest* waiting
-    trajectories are dropped (and counted) instead, and memory stays bounded.
+    trajectories are dropped (and counted) instead, and memory stays bounded. Inline (one
+    loop steps every worker), it drains whatever waits at each `get` instead of in a thread.
     """
 
     def __init__(self, consumer: SampleConsumer, capacity: int) -> None:
@@ -166,8 +165,10 @@ class DrainingConsumer:
         self.dropped_oldest = 0
         self._ready = threading.Condition()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._drain, name="sample-drain", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if not consumer.link.ctx.inline:
+            self._thread = threading.Thread(target=self._drain, name="sample-drain", daemon=True)
+            self._thread.start()
 
     @property
     def link(self):
@@ -179,14 +180,18 @@ class DrainingConsumer:
 
     def _drain(self) -> None:
         while not self._stop.is_set():
-            got = self.consumer.get(100)
-            if got is None:
-                continue
-            with self._ready:
-                if len(self.queue) == self.queue.maxlen:
-                    self.dropped_oldest += 1
-                self.queue.append(got)
-                self._ready.notify()
+            self._take(100)
+
+    def _take(self, timeout_ms: int) -> bool:
+        got = self.consumer.get(timeout_ms)
+        if got is None:
+            return False
+        with self._ready:
+            if len(self.queue) == self.queue.maxlen:
+                self.dropped_oldest += 1
+            self.queue.append(got)
+            self._ready.notify()
+        return True
 
     @property
     def queued(self) -> int:
@@ -194,12 +199,16 @@ class DrainingConsumer:
         return len(self.queue)
 
     def get(self, timeout_ms: int) -> tuple[dict[str, Any], NamedArray] | None:
+        if self._thread is None:
+            while self._take(0):
+                pass
         with self._ready:
-            if not self.queue:
+            if not self.queue and self._thread is not None:
                 self._ready.wait(timeout_ms / 1000)
             return self.queue.popleft() if self.queue else None
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2)
+        if self._thread is not None:
+            self._thread.join(timeout=2)
         self.consumer.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from srl.api.agents import AgentRouter
@@ -77,6 +76,11 @@ class ActorWorker(Worker):
         #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
         self.synchronous = bool(actors.get("synchronous")) and isinstance(self.inference, InlineInference)
         self.unsynced_steps, self.batch_steps = 0, s["batch_steps"]
+        #: A trajectory waiting for the trainer's credit; when the synchronous actor began to wait
+        #: for the version trained on its last batch, and the request it holds back meanwhile.
+        self.unsent: NamedArray | dict[str, NamedArray] | None = None
+        self.awaiting_since: float | None = None
+        self.held_request: tuple[int, NamedArray] | None = None
         #: (when, samples.blocked_s) at the last stats(); set last, as stats() reads all the above.
         self._blocked_at = (self.started, 0.0)
         for slot in range(self.ring.size):
@@ -118,55 +122,71 @@ class ActorWorker(Worker):
         self.ring = JointRing(slots, actors["trajectory_length"], states)
 
     def poll(self) -> None:
-        got = self.inference.reply(100)
+        # Nothing steps while a trajectory waits for the trainer's credit, or (synchronous) while
+        # the version trained on the last batch is awaited: the actor waits on that peer.
+        if self.unsent is not None and not self._send():
+            return
+        if self.awaiting_since is not None and not self._take_trained_version():
+            return
+        got = self.inference.reply(self.wait_ms(100))
         if got is None:
             self.waiting_on = "inference"
             return
         self.waiting_on = ""
         slot, reply = got
         request, trajectory = self.ring.step(slot, reply)
-        if not self.synchronous:
+        if trajectory is None or not self.synchronous:
             self.inference.request(slot, request)  # inference runs while the trajectory goes out
-            if trajectory is not None:
-                self._send(trajectory)
-        elif trajectory is None or self._send_and_sync(trajectory):
-            self.inference.request(slot, request)
+        else:
+            self.held_request = (slot, request)  # asked for once the trained version is in
+        if trajectory is not None:
+            if self.self_play is not None:
+                trajectory = self.self_play.samples_of(trajectory)
+            self.unsent = trajectory
+            self._send()
 
-    def _send(self, trajectory: NamedArray | dict[str, NamedArray]) -> bool:
-        if self.self_play is not None:
-            trajectory = self.self_play.samples_of(trajectory)
-        sent = self.samples.put(trajectory, {"actor": self.name}, while_waiting=self._waiting_for("samples"))
+    def _send(self) -> bool:
+        """Send the trajectory waiting to go out if the trainer gives credit, within 100 ms (at once inline)."""
+        meta = {"actor": self.name}
+        if not self.samples.try_put(self.unsent, meta):
+            self.samples.poll(100)
+            if not self.samples.try_put(self.unsent, meta):
+                self.waiting_on = "samples"
+                return False
         self.waiting_on = ""
-        self.trajectories += sent
-        return sent
+        self.trajectories += 1
+        if self.synchronous:
+            self.unsynced_steps += self.unsent[keys.REWARD][:-1].size  # counted as the trainer counts
+            if self.unsynced_steps >= self.batch_steps:  # the trainer trains on what it now holds
+                self.unsynced_steps = 0
+                self.awaiting_since = time.monotonic()
+        self.unsent = None
+        if self.awaiting_since is not None:
+            return self._take_trained_version()
+        self._release_held_request()
+        return True
 
-    def _send_and_sync(self, trajectory: NamedArray) -> bool:
-        """Send; if the trainer trains on what it now holds, take the version it publishes. False: stopping."""
-        if not self._send(trajectory):
-            return False
-        self.unsynced_steps += trajectory[keys.REWARD][:-1].size  # counted as the trainer counts
-        if self.unsynced_steps < self.batch_steps:
-            return True
-        self.unsynced_steps = 0
+    def _take_trained_version(self) -> bool:
+        """Synchronous acting: take the version trained on the last batch if it is out. False: not yet."""
         assert isinstance(self.inference, InlineInference)
-        deadline = time.monotonic() + SYNC_PATIENCE_S
-        waiting = self._waiting_for("parameters")
-        if self.inference.await_parameters(lambda: waiting() and time.monotonic() < deadline):
-            self.waiting_on = ""
-            return True
-        if not self.stopping:
+        if not self.inference.take_new_parameters():
+            if time.monotonic() - self.awaiting_since <= SYNC_PATIENCE_S:
+                self.waiting_on = "parameters"
+                self.pause(0.001)
+                return False
             # A trainer replaced mid-batch lost samples the count includes: it trains later
             # than the count says, so waiting again would wait forever at each batch.
             log.warning("no new parameters for %.0f s: acting asynchronously from now on", SYNC_PATIENCE_S)
             self.synchronous = False
-        return not self.stopping
+        self.awaiting_since = None
+        self.waiting_on = ""
+        self._release_held_request()
+        return True
 
-    def _waiting_for(self, port: str) -> Callable[[], bool]:
-        """A `while_waiting` callback: heartbeats that say the actor waits on `port` (a peer's credit or version)."""
-        def wait() -> bool:
-            self.waiting_on = port
-            return self.heartbeat()
-        return wait
+    def _release_held_request(self) -> None:
+        if self.held_request is not None:
+            self.inference.request(*self.held_request)
+            self.held_request = None
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "_blocked_at"):

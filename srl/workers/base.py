@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -126,6 +126,8 @@ class ContextSpec:
     host: str = "127.0.0.1"
     #: The largest message of each stream kind, in bytes (`streams.max_message_mb`).
     caps: dict[str, int] = field(default_factory=dict)
+    #: Every worker in one process, stepped in turn (`launcher: inline`): see `StreamContext.inline`.
+    inline: bool = False
 
     def build(self) -> StreamContext:
         host, ipc_dir = self.host, self.ipc_dir
@@ -142,7 +144,7 @@ class ContextSpec:
         if ipc_dir == "node":
             ipc_dir = os.path.join(tempfile.gettempdir(), f"srl-{self.run_id}-{host}")
             os.makedirs(ipc_dir, mode=0o700, exist_ok=True)
-        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps)
+        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps, inline=self.inline)
 
 
 class FatalError(RuntimeError):
@@ -189,6 +191,8 @@ class Worker(ABC):
         #: ones carried out, by id ("ok" or the error), reported with the stats.
         self._commands: collections.deque[dict[str, Any]] = collections.deque()
         self._command_results: dict[str, str] = {}
+        #: 0 until it fails (1); what `end` returns.
+        self.exit_code = 0
 
     # ------------------------------------------------------------ to implement
     @abstractmethod
@@ -235,6 +239,16 @@ class Worker(ABC):
             while len(self._command_results) > 32:
                 del self._command_results[next(iter(self._command_results))]
 
+    def wait_ms(self, ms: int) -> int:
+        """How long a poll with nothing to do may wait for input: `ms`, or 0 inline (see `pause`)."""
+        return 0 if self.ctx.inline else ms
+
+    def pause(self, seconds: float) -> None:
+        """Sleep a little in a poll that found nothing to do; inline, return at once (the one loop
+        must get to the other workers, which are what this one waits for)."""
+        if not self.ctx.inline:
+            time.sleep(seconds)
+
     @property
     def orphan_timeout_s(self) -> float:
         """Seconds without an answer after which the controller counts as gone."""
@@ -263,7 +277,9 @@ class Worker(ABC):
                                    "host": socket.gethostname(), "endpoints": self.endpoints(), "stats": self._stats(),
                                    "waiting": self.waiting_on})
         silent = now - self._unanswered_since if self._unanswered_since is not None else 0.0
-        if self._orphaned_at is None and (silent > self.orphan_timeout_s or not self._controller_alive()):
+        # Inline, the controller shares this process and loop: it cannot be gone, only paused with us.
+        if self._orphaned_at is None and not self.ctx.inline and (silent > self.orphan_timeout_s
+                                                                  or not self._controller_alive()):
             log.error("the controller is gone (no answer for %.0f s); exiting", now - self._last_ack)
             self._orphaned_at = now
             self._stopping = True
@@ -297,10 +313,13 @@ class Worker(ABC):
         carry show no progress and no wait, so a body stuck for good is caught by the
         controller's progress watchdog instead.
         """
+        self.waiting_on = ""
+        if self.ctx.inline:  # the one loop waits for the body anyway; nobody can beat meanwhile
+            yield
+            return
         if self._beater is None:
             self._beater = threading.Thread(target=self._beat_while_busy, name="heartbeat", daemon=True)
             self._beater.start()
-        self.waiting_on = ""
         self._busy.set()
         try:
             yield
@@ -339,14 +358,53 @@ class Worker(ABC):
         self._control = LinkClient(self.ctx, self.spec.control.key, self.spec.control.transport, self.name)
 
     def run(self) -> int:
+        """The worker's whole life in its own process (or a cluster launcher's actor)."""
         self.connect()
-        code = 0
+        if self.begin():
+            while self.step():
+                pass
+        return self.end()
+
+    # The three parts of `run`, which the inline launcher calls itself (every worker of a run in
+    # one process, stepped in turn by one loop): each returns, and a failure is reported, not raised.
+    def begin(self) -> bool:
+        """Set up and send the first heartbeat (after `connect`). False: it failed (`end` says so)."""
+        return self._guarded(self._begin)
+
+    def step(self) -> bool:
+        """One turn of the loop: a heartbeat, the commands delivered, one `poll`. False once the
+        worker is done: told to stop, orphaned, or failed."""
+        return self._guarded(self._turn)
+
+    def end(self) -> int:
+        """Tear down, say goodbye (or report the failure), close the control link; the exit status."""
         try:
-            self.setup()
-            self.heartbeat(force=True)
-            while self.heartbeat():
-                self._carry_out_commands()
-                self.poll()
+            self.say_goodbye(self.exit_code)
+        finally:
+            if not self.ctx.inline:
+                time.sleep(0.05)  # let the last message leave before the socket closes
+            self.close_control()
+        return self.exit_code
+
+    def close_control(self) -> None:
+        if self._control is not None:
+            self._control.close()
+
+    def _begin(self) -> None:
+        self.setup()
+        self.heartbeat(force=True)
+
+    def _turn(self) -> bool:
+        if not self.heartbeat():
+            return False
+        self._carry_out_commands()
+        self.poll()
+        return True
+
+    def _guarded(self, body: Callable[[], bool | None]) -> bool:
+        """Run `body`; an exception ends the worker with status 1 and its traceback sent to the controller."""
+        try:
+            return body() is not False
         except Exception as exc:
             text = traceback.format_exc()
             # A peer that stopped first can break a collective call mid-way (data-parallel
@@ -357,16 +415,12 @@ class Worker(ABC):
             if self._stopping:
                 log.warning("worker %s: error while stopping, ignored:\n%s", self.name, text)
             else:
-                code = 1
+                self.exit_code = 1
                 log.error("worker %s failed:\n%s", self.name, text)
                 self._control.send(0, {"worker": self.name, "event": "error", "pid": os.getpid(), "error": text[-4000:],
                                        "fatal": str(exc) if isinstance(exc, FatalError) else "",
                                        "log": SHIPPED_LOG.drain()})
-        finally:
-            self.say_goodbye(code)
-            time.sleep(0.05)  # let the last message leave before the socket closes
-            self._control.close()
-        return code
+            return False
 
     def say_goodbye(self, code: int) -> None:
         """Tear down; after a clean run (`code` 0) send the controller the last stats (an `exit` event)."""

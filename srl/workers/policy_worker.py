@@ -86,11 +86,11 @@ class PolicyWorker(Worker):
     def poll(self) -> None:
         for served in self.served.values():
             served.take_new_parameters()
-        if not self.requests.wait(100):
+        if not self.requests.wait(self.wait_ms(100)):
             self.waiting_on = "inference"
             return
         received = time.monotonic()
-        batches = self._take_requests(received + self.max_wait_s)
+        batches = self._take_requests(received + (0.0 if self.ctx.inline else self.max_wait_s))
         self.waiting_on = "" if batches else "inference"  # a rejected message is no work
         for served, requests in batches:
             sizes = [len(r.arrays[keys.OBS]) for r in requests]

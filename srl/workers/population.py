@@ -124,7 +124,7 @@ class PopulationWorker(Worker):
         self.failed = 0
 
     def poll(self) -> None:
-        time.sleep(0.1)
+        self.pause(0.1)
         view: dict[str, dict[str, Any]] = self.controller_info.get("members") or {}
         varied = set(self.population.hyperparameters)
         if not all(varied <= set((view.get(m) or {}).get("hyperparameters") or {}) for m in self.members):

@@ -66,7 +66,7 @@ class RoundsWorker(Worker):
         self.between_rounds()
         now = time.monotonic()
         if not self.round_due(now):
-            time.sleep(0.05)
+            self.pause(0.05)
             return
         with self.busy():  # a round can outlast the heartbeat timeout
             result = self.play_round(now)

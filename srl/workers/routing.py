@@ -8,7 +8,7 @@ policy's part on that policy's streams, behind the interfaces the actor already 
     inference.request(slot, {"seeker": request, "hider": request})
     slot, replies = inference.reply(100)          # once every policy has answered for the slot
     samples = RoutedSamples({"seeker": SampleProducer(...), "hider": SampleProducer(...)})
-    samples.put({"seeker": trajectory}, meta)     # each policy's trajectory to its own trainers
+    samples.try_put({"seeker": trajectory}, meta)  # each policy's trajectory to its own trainers
 
 Any `InferenceClient` serves a policy (a frozen opponent is an `InlineInference` without a
 parameter subscriber); a policy whose samples nobody trains on has no producer here.
@@ -72,14 +72,18 @@ class RoutedSamples:
     def __init__(self, producers: dict[str, SampleProducer]) -> None:
         self.producers = producers
 
-    def put(self, trajectories: dict[str, NamedArray], meta: dict[str, Any] | None = None,
-            while_waiting: Callable[[], bool] | None = None) -> bool:
-        """Send each policy's trajectory (waiting for credit as `SampleProducer.put`); False: stopping."""
-        sent = True
-        for policy, trajectory in trajectories.items():
-            if policy in self.producers:
-                sent = self.producers[policy].put(trajectory, meta, while_waiting=while_waiting) and sent
-        return sent
+    def try_put(self, trajectories: dict[str, NamedArray], meta: dict[str, Any] | None = None) -> bool:
+        """Send each policy's trajectory that has a credit, taking it out of `trajectories`
+        (never waits, as `SampleProducer.try_put`). True once none is left to send."""
+        for policy in list(trajectories):
+            if policy not in self.producers or self.producers[policy].try_put(trajectories[policy], meta):
+                del trajectories[policy]
+        return not trajectories
+
+    def poll(self, timeout_ms: int) -> None:
+        """Wait up to `timeout_ms` for credits (each producer in turn, the time shared among them)."""
+        for producer in self.producers.values():
+            producer.poll(timeout_ms // len(self.producers))
 
     @property
     def in_flight(self) -> int:

@@ -16,7 +16,6 @@ import json
 import time
 from typing import Any
 
-import numpy as np
 
 from srl.api.config import load
 from srl.api.env import spaces_of

@@ -52,7 +52,9 @@ import zmq
 
 from srl.launch.local import LocalLauncher
 from srl.workers.actor import ActorWorker
-from srl.workers.base import CONTROL_CHECK_S, ContextSpec, WorkerSpec
+from srl.workers.base import CONTROL_CHECK_S
+from srl.streams.context import ContextSpec
+from srl.api.worker import WorkerSpec
 
 SIM_GROUP = "actor"
 KIND = "benchmarks.fanin:SimulatedActor"

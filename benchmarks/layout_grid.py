@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from srl.api.config import AUTO_FIELDS, apply_overrides, read_config_file, take_auto, validate
 from srl.bench import system_rate

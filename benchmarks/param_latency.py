@@ -25,7 +25,7 @@ import numpy as np
 from srl.data.named_array import NamedArray
 from srl.launch.run_dir import write_json_atomic
 from srl.streams.parameters import open_publisher, open_subscriber
-from srl.workers.base import ContextSpec
+from srl.streams.context import ContextSpec
 
 
 

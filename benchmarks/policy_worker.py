@@ -41,7 +41,7 @@ from srl.data.named_array import NamedArray, concat
 from srl.launch.run_dir import write_json_atomic
 from srl.streams import shm
 from srl.streams.inference import InferenceServer, RemoteInference, serve
-from srl.workers.base import ContextSpec
+from srl.streams.context import ContextSpec
 
 #: name -> (observation shape, dtype, number of actions, policy args)
 MODELS: dict[str, tuple[tuple[int, ...], type, int, dict[str, Any]]] = {

@@ -37,7 +37,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.launch.run_dir import write_json_atomic
 from srl.streams.samples import SampleConsumer, SampleProducer
-from srl.workers.base import ContextSpec
+from srl.streams.context import ContextSpec
 
 #: name -> (T, rows, observation shape, observation dtype)
 SIZES: dict[str, tuple[int, int, tuple[int, ...], type]] = {

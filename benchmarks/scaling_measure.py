@@ -33,7 +33,7 @@ import sample_stream
 from scaling_model import Costs, Host, load_costs, predict
 from srl import bench, measure as isolated
 from srl.api.config import load
-from srl.api.graph import Supervision
+from srl.api.worker import Supervision
 from srl.launch.launcher import Launcher
 from srl.launch.loopback_ray import loopback_ray_cluster
 from srl.launch.run_dir import write_json_atomic
@@ -169,7 +169,7 @@ class _NoProcesses(Launcher):
 def _heartbeats(context: Any, names: list[str], clients: int, ready: Any, stop: Any) -> None:
     """Workers' heartbeats as fast as the controller answers: `clients` links, one heartbeat in flight each."""
     from srl.streams.link import LinkClient
-    from srl.workers.base import CONTROL_KEY
+    from srl.api.worker import CONTROL_KEY
 
     ctx = context.build()
     links = [LinkClient(ctx, CONTROL_KEY, "zmq", f"hb{i}") for i in range(clients)]
@@ -225,7 +225,7 @@ def controller_cost(workers: int, seconds: float, clients: int = 16) -> Controll
     from srl.launch.controller import Controller
     from srl.launch.supervision import WorkerState
     from srl.streams.link import LinkServer
-    from srl.workers.base import CONTROL_KEY, StreamEnd, WorkerSpec
+    from srl.api.worker import CONTROL_KEY, StreamEnd, WorkerSpec
 
     config = load("cartpole-ppo", [f"stop.time_s={seconds}", "stop.env_steps=null", "stop.episode_return=null",
                                    "log.tensorboard=false", "log.progress=false",

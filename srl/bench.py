@@ -50,8 +50,16 @@ from typing import Any
 import numpy as np
 
 from srl.api.config import ExperimentConfig, validate
+from srl.api.run_paths import RunPaths
 from srl.launch.metrics import RunMetrics
-from srl.measure import MeasurementError, env_rate, gather, in_step, inference_rate, learner_rate
+from srl.measure import (
+    MeasurementError,
+    env_rate,
+    gather,
+    in_step,
+    inference_rate,
+    learner_rate,
+)
 
 #: Seconds after the first env steps before the steady-state window opens.
 WARMUP_S = 1.0
@@ -165,8 +173,9 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         summary = Controller(config, Path(run_dir) / "run", stop_rules=MeasuredWindow(seconds, startup_s)).run()
         if summary.get("stop_reason") == "interrupted":
             raise KeyboardInterrupt  # Ctrl-C stops the whole bench, not just the run being measured
-        records = [json.loads(line) for line in (Path(run_dir) / "run" / "metrics.jsonl").read_text().splitlines()]
-        status = json.loads((Path(run_dir) / "run" / "status.json").read_text())
+        paths = RunPaths(Path(run_dir) / "run")
+        records = [json.loads(line) for line in paths.metrics.read_text().splitlines()]
+        status = json.loads(paths.status.read_text())
     flowing = [r for r in records if r["env_steps"] > 0]
     if not flowing:
         raise MeasurementError(f"the {'sampling' if sampling_only else 'training'} run produced no env steps")

@@ -9,11 +9,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file,
-                            take_auto, validate_components, validate_structure)
+from srl.api.config import (
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    check_devices,
+    read_config_file,
+    take_auto,
+    validate_components,
+    validate_structure,
+)
 from srl.api.graph import resolve as resolve_graph
-from srl.measure import MeasurementError
+from srl.api.run_paths import RunPaths
 from srl.launch.tracking import check_wandb
+from srl.measure import MeasurementError
 
 EXIT_CONFIG = 2
 #: The exit status of a command stopped by Ctrl-C, as the shell gives one killed by SIGINT.
@@ -29,7 +38,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         if args.resume:
             run_dir = Path(args.resume)
-            data = read_config_file(str(run_dir / "config.yaml"))
+            data = read_config_file(str(RunPaths(run_dir).config))
             previous_config = validate_components(validate_structure(json.loads(json.dumps(data))))
         elif config_name:
             data = read_config_file(config_name)
@@ -56,10 +65,12 @@ def _train(args: argparse.Namespace) -> int:
         return 1
     if not args.resume:
         run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
-        if (run_dir / "summary.json").exists() or (run_dir / "status.json").exists():
+        if RunPaths(run_dir).summary.exists() or RunPaths(run_dir).status.exists():
             print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
             return EXIT_CONFIG
-    from srl.launch.controller import Controller  # heavy imports only once the config is valid
+    from srl.launch.controller import (
+        Controller,  # heavy imports only once the config is valid
+    )
     from srl.launch.run_dir import RunInUse
 
     print(f"srl: run directory {run_dir}", file=sys.stderr)
@@ -101,7 +112,7 @@ def _layout(config: ExperimentConfig, auto: list[str]) -> tuple[ExperimentConfig
 
 def _write_layout(run_dir: Path, record: dict[str, Any]) -> None:
     try:
-        (Path(run_dir) / "layout.json").write_text(json.dumps(record, indent=1))
+        RunPaths(run_dir).layout.write_text(json.dumps(record, indent=1))
     except OSError as exc:
         print(f"srl: cannot write layout.json in {run_dir}: {exc}", file=sys.stderr)
 
@@ -229,7 +240,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
         agents[prefix] = source if source in SOURCES else str(Path(source).resolve())
     run_dir = Path(args.run_dir).resolve()
-    if not (run_dir / "config.yaml").is_file():
+    if not RunPaths(run_dir).config.is_file():
         print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
         return EXIT_CONFIG
     source = args.checkpoint if args.checkpoint in SOURCES else str(Path(args.checkpoint).resolve())
@@ -242,7 +253,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"srl: --video: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    workdir = run_dir / "workdir"  # envs that write files (VizDoom) write them inside the run, as in training
+    workdir = RunPaths(run_dir).workdir  # envs that write files (VizDoom) write them inside the run, as in training
     workdir.mkdir(exist_ok=True)
     os.chdir(workdir)
     try:
@@ -266,7 +277,7 @@ def _export(args: argparse.Namespace) -> int:
     from srl.export import export
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
+    if not RunPaths(run_dir).config.is_file():
         print(f"srl: {run_dir} is not a run directory (no config.yaml)", file=sys.stderr)
         return EXIT_CONFIG
     try:

@@ -30,6 +30,7 @@ from srl.api.agents import AgentRouter
 from srl.api.config import read_config_file
 from srl.api.env import spaces_of
 from srl.api.policy import Policy
+from srl.api.run_paths import RunPaths
 from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.render import Video, headless_rendering
 from srl.envs.slots import EnvSlot
@@ -51,7 +52,7 @@ def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple
     if config.get("policies") and policy_name not in config["policies"]:
         raise ValueError(f"{run_dir} trains several policies ({', '.join(config['policies'])}); playing or "
                          "exporting one of them alone is not supported yet")
-    checkpoints = run_dir / "checkpoints" / policy_name if policy_name else run_dir / "checkpoints"
+    checkpoints = RunPaths(run_dir).checkpoints(policy_name)
     section = config["policies"][policy_name]["policy"] if policy_name else config["policy"]
 
     if source == "random":
@@ -102,7 +103,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
 
     compute_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)
-    config = read_config_file(str(run_dir / "config.yaml"))
+    config = read_config_file(str(RunPaths(run_dir).config))
     env_config = config["env"]
     name = str(env_config.get("id") or env_config["type"])
     if video is not None:

@@ -29,6 +29,7 @@ from torch import nn
 
 from srl.api.config import read_config_file
 from srl.api.env import spaces_of
+from srl.api.run_paths import RunPaths
 from srl.data import keys
 from srl.evaluate import policy_for
 from srl.workers.components import make_env
@@ -69,7 +70,7 @@ def export(run_dir: str | Path, out: str | Path, format: str | None = None, chec
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r} (formats: {', '.join(FORMATS)})")
     run_dir, out = Path(run_dir), Path(out)
-    config = read_config_file(str(run_dir / "config.yaml"))
+    config = read_config_file(str(RunPaths(run_dir).config))
     env = make_env(config["env"])  # only for its spaces, which the config does not spell out
     try:
         observation_space, action_space = spaces_of(env)

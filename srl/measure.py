@@ -61,8 +61,8 @@ def env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, 
 
 def policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:
     """Spaces and `rows` recorded observations from the experiment's own env."""
-    from srl.workers.components import make_env
     from srl.api.env import spaces_of
+    from srl.workers.components import make_env
 
     env = make_env(config.env.model_dump())
     obs_space, act_space = spaces_of(env)

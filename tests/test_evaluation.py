@@ -19,7 +19,7 @@ from srl.launch.graph import wire
 from srl.launch.metrics import RunMetrics, StopRules
 from srl.launch.supervision import WorkerState
 from srl.workers import checkpoint
-from srl.workers.base import StreamEnd
+from srl.api.worker import StreamEnd
 from srl.workers.components import make_policy
 from srl.workers.evaluator import BestScore, EvalSchedule, Evaluator
 from srl.workers.play import play

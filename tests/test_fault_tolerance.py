@@ -119,7 +119,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_workers_of_a_sigkilled_controller_exit_and_leave_no_shared_memory(tmp_path):
-    from srl.workers.base import WorkerSpec
+    from srl.api.worker import WorkerSpec
 
     run_dir = tmp_path / "run"
     process = subprocess.Popen(

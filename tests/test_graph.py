@@ -7,12 +7,15 @@ import signal
 import pytest
 
 from srl.api.config import ConfigError, SupervisionConfig, validate
-from srl.api.graph import Port, Supervision, resolve
+from srl.api.graph import resolve
+from srl.api.worker import Port, Supervision
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.metrics import RunMetrics, StopRules
 from srl.launch.supervision import Supervisor, WorkerState
-from srl.workers.base import HUNG_SIGNAL, ContextSpec, StreamEnd, Worker
+from srl.workers.base import Worker
+from srl.api.worker import HUNG_SIGNAL, StreamEnd
+from srl.streams.context import ContextSpec
 
 WATCHER = "tests.test_graph:Watcher"
 

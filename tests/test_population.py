@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from srl.api.config import ConfigError, load
-from srl.api.graph import POPULATION_GROUP, Supervision, member_dir, resolve
+from srl.api.graph import POPULATION_GROUP, member_dir, resolve
+from srl.api.worker import Supervision
 from srl.launch.graph import wire
 from srl.launch.population import Population
 from srl.launch.supervision import WorkerState
-from srl.workers.base import CONTROL_KEY, StreamEnd
+from srl.api.worker import CONTROL_KEY, StreamEnd
 from srl.workers.population import PBT, Member
 
 LR = {"lr": (1e-4, 1e-2)}

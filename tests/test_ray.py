@@ -153,13 +153,14 @@ def test_self_play_on_two_nodes_shares_one_pool(cluster, run_srl, tmp_path):
     """The policy pool lives in the run directory: the league on the head node writes the frozen
     versions, the actors on the second node read their opponents from it."""
     from conftest import metrics_lines, run_workers, train_until
-    from srl.league.pool import Pool, pool_path
+    from srl.api.run_paths import RunPaths
+    from srl.league.pool import Pool
 
     def rated_and_drawn(run) -> bool:  # what the run must show before it is stopped
         actors = [w for n, w in run_workers(run).items() if n.startswith("actor.")]
         return (any("selfplay_rating" in line for line in metrics_lines(run))
                 and bool(actors) and all(w["stats"].get("opponent_draws", 0) > 1 for w in actors)
-                and pool_path(run).exists() and len(Pool(pool_path(run)).entries()) >= 2)
+                and RunPaths(run).pool.exists() and len(Pool(RunPaths(run).pool).entries()) >= 2)
 
     run_dir = tmp_path / "run"
     train_until(run_dir, rated_and_drawn, "a rating round, two versions and opponents drawn", "duel-selfplay",

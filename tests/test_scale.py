@@ -14,13 +14,15 @@ import pytest
 
 from conftest import kill_run, srl_command, wait_for
 from srl.api.config import SupervisionConfig
-from srl.api.graph import Supervision
+from srl.api.worker import Supervision
 from srl.launch import controller as controller_module
 from srl.launch.supervision import (MAX_HEARTBEATS_PER_S, Supervisor, WorkerState, heartbeat_period,
                                     silence_timeout)
 from srl.streams.link import Received
 from srl.streams.shm import Segment
-from srl.workers.base import ContextSpec, StreamEnd, Worker, WorkerSpec
+from srl.workers.base import Worker
+from srl.streams.context import ContextSpec
+from srl.api.worker import StreamEnd, WorkerSpec
 
 
 @pytest.mark.parametrize("workers", [1, 100, 499, 500, 501, 2000, 10_000, 100_000])

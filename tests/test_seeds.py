@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from srl.api.config import ConfigError, validate
-from srl.api.graph import Supervision, resolve
+from srl.api.graph import resolve
+from srl.api.worker import Supervision
 from srl.data.named_array import NamedArray
 from srl.launch.graph import wire
 from srl.launch.metrics import RunMetrics
@@ -23,7 +24,7 @@ from srl.launch.supervision import WorkerState
 from srl.models.random import RandomPolicy
 from srl.streams.inference import InlineInference
 from srl.streams.parameters import ParameterSubscriber
-from srl.workers.base import StreamEnd
+from srl.api.worker import StreamEnd
 from srl.workers.seeding import seed_process, worker_seed
 
 

@@ -22,7 +22,8 @@ from srl.envs.fake import FakeEnv
 from srl.envs.slots import EnvSlot
 from srl.league import selection
 from srl.league.match import outcome, play_games, split_agents
-from srl.league.pool import Entry, Pool, pool_path
+from srl.api.run_paths import RunPaths
+from srl.league.pool import Entry, Pool
 from srl.league.rating import Rating, Ratings
 from srl.streams.inference import InlineInference
 from srl.workers import checkpoint
@@ -283,7 +284,7 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
 
     envs = [FakeEnv(n_agents=3, n_actions=5, episode_length=4) for _ in range(2)]
     slot = EnvSlot(envs, [0, 1])
-    pool = Pool(pool_path(tmp_path))
+    pool = Pool(RunPaths(tmp_path).pool)
     settings = {**SELF_PLAY, "learner": ["agent_0", "agent_2"], "opponent": "latest", "opponent_episodes": 1.0}
     self_play = SelfPlay(settings, [slot], pool, lambda: ConstantPolicy(), np.random.default_rng(0))
     learner = ConstantPolicy(c=1)
@@ -319,7 +320,7 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
 
 
 def test_a_pruned_version_is_skipped(tmp_path):
-    pool = Pool(pool_path(tmp_path))
+    pool = Pool(RunPaths(tmp_path).pool)
     gone = _freeze(pool, c=2, version=0)
     gone.path.unlink()
     slot = EnvSlot([FakeEnv(n_agents=2)], [0])
@@ -344,7 +345,7 @@ def test_league_freezes_versions_and_rates_the_newest_against_them(tmp_path):
         league.hold(version, trained.get_params(), env_steps=100 * version)
         if league.snapshot_due():
             league.snapshot()
-    pool = Pool(pool_path(tmp_path))
+    pool = Pool(RunPaths(tmp_path).pool)
     assert [e.version for e in pool.entries()] == [0, 4, 6]  # every 2 versions, at most 3 kept (0 protected)
     assert pool.entries(tag=INITIAL)[0].version == 0
     assert not (tmp_path / "league" / "v-000000002.pt").exists()  # pruned with its file
@@ -406,14 +407,14 @@ def test_self_play_run_fills_the_pool_and_reports_ratings(run_srl, tmp_path):
     def rated_twice_and_drawn(run: Path) -> bool:  # what the run must show before it is stopped
         return (len([line for line in metrics_lines(run) if "selfplay_rating" in line]) >= 2
                 and bool(actors := _actors(run)) and all(w["stats"].get("opponent_draws", 0) > 0 for w in actors)
-                and pool_path(run).exists() and len(Pool(pool_path(run)).entries()) >= 2)
+                and RunPaths(run).pool.exists() and len(Pool(RunPaths(run).pool).entries()) >= 2)
 
     train_until(run_dir, rated_twice_and_drawn, "two rating rounds, two versions and opponents drawn", "duel-selfplay",
                 "stop.env_steps=null", "self_play.every_s=3", "self_play.snapshot_every_versions=3",
                 "self_play.episodes=8", "self_play.envs=8", "self_play.opponents_per_round=2",
                 "actors.envs_per_slot=16", "trainers.batch_steps=1024", "log.progress=false",
                 "log.tensorboard=false", cwd=tmp_path)
-    pool = Pool(pool_path(run_dir))
+    pool = Pool(RunPaths(run_dir).pool)
     entries = pool.entries()
     assert len(entries) >= 2 and entries[0].version == 0 and INITIAL in entries[0].tags
     assert all(checkpoint.is_valid(e.path) and "rating" in e.metadata for e in entries)

@@ -18,7 +18,8 @@ from test_graph import FakeLauncher, _config, _specs
 from srl.api.config import SupervisionConfig
 from srl.api.registry import WORKERS
 from srl.launch.supervision import Supervisor, WorkerState, last_words
-from srl.workers.base import HUNG_SIGNAL, ContextSpec
+from srl.api.worker import HUNG_SIGNAL
+from srl.streams.context import ContextSpec
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"
 

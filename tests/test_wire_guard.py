@@ -184,7 +184,9 @@ def test_a_flood_of_bad_messages_neither_starves_the_heartbeat_nor_the_valid_cli
     """A worker whose poll reads a flooded server still heartbeats; its stats count the flood."""
     import threading
 
-    from srl.workers.base import StreamEnd, Worker, WorkerSpec
+    from srl.workers.base import Worker
+
+    from srl.api.worker import StreamEnd, WorkerSpec
 
     class Serving(Worker):
         def setup(self) -> None:

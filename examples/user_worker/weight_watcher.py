@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pydantic
 
-from srl.api.graph import Port
+from srl.api.worker import Port
 from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 

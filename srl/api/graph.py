@@ -29,10 +29,15 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from srl.api.agents import AgentRouter, route
-from srl.api.config import SAMPLER_NICE, ConfigError, ExperimentConfig, GroupOverride, Placement
+from srl.api.config import (
+    SAMPLER_NICE,
+    ConfigError,
+    ExperimentConfig,
+    GroupOverride,
+    Placement,
+)
 from srl.api.registry import ALGORITHMS, WORKERS, RegistryError
-
-StreamKind = Literal["inference", "samples", "parameters"]
+from srl.api.worker import Port
 
 #: How the ends of each stream kind connect.
 STREAM_KINDS: dict[str, Literal["sharded", "broadcast"]] = {
@@ -44,29 +49,6 @@ STREAM_KINDS: dict[str, Literal["sharded", "broadcast"]] = {
 
 class GraphError(ValueError):
     """A graph that cannot be wired: one line naming the group, port or stream."""
-
-
-@dataclass(frozen=True)
-class Port:
-    """One stream end a worker kind has: which kind of stream, and which side of it."""
-
-    stream: StreamKind
-    role: Literal["produce", "consume"]
-    #: An optional port may be left unconnected (an actor reads parameters only with inline inference).
-    optional: bool = False
-    #: A keyed port may also be joined once per key, as `<port>/<key>` (an actor's streams of
-    #: each of several policies: `samples/seeker`, `samples/hider`).
-    keyed: bool = False
-
-
-@dataclass(frozen=True)
-class Supervision:
-    """How the controller replaces a worker of this kind that died or hung."""
-
-    #: `worker`: only the failed worker; `group`: its whole group (peers that wait on each other).
-    scope: Literal["worker", "group"] = "worker"
-    #: The replacement starts from the run's last checkpoint instead of fresh.
-    from_checkpoint: bool = False
 
 
 class Group(BaseModel):

@@ -30,6 +30,7 @@ import yaml
 from srl.api.config import ConfigError, ExperimentConfig, dump
 from srl.api.graph import resolve
 from srl.api.registry import WORKERS
+from srl.api.worker import CONTROL_KEY, StreamEnd
 from srl.launch import tracking
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
@@ -40,9 +41,9 @@ from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
 from srl.streams import shm
+from srl.streams.context import ContextSpec
 from srl.streams.link import LinkServer, StreamContext, allow_many_connections
 from srl.workers import checkpoint
-from srl.workers.base import CONTROL_KEY, ContextSpec, StreamEnd
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from srl.api.graph import STREAM_KINDS, ResolvedGraph, member_dir
-from srl.streams.link import Transport
-from srl.workers.base import StreamEnd, WorkerSpec
+from srl.api.worker import StreamEnd, Transport, WorkerSpec
 
 RELAY_GROUP = "relay"
 

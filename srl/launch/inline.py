@@ -23,12 +23,14 @@ import socket
 import sys
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TextIO
 
 from srl.api.registry import WORKERS
+from srl.api.run_paths import RunPaths
+from srl.api.worker import HUNG_SIGNAL, WorkerSpec
 from srl.launch.launcher import Launcher
-from srl.workers.base import HUNG_SIGNAL, ContextSpec, Worker, WorkerSpec
+from srl.streams.context import ContextSpec
+from srl.workers.base import Worker
 from srl.workers.seeding import seed_process, worker_seed
 
 log = logging.getLogger(__name__)
@@ -53,9 +55,9 @@ class _WorkerLogs(logging.Handler):
         try:
             file = self.files.get(spec.name)
             if file is None:
-                logs = Path(spec.run_dir) / "logs"
-                logs.mkdir(parents=True, exist_ok=True)
-                file = self.files[spec.name] = open(logs / f"{spec.name}.log", "a", buffering=1)
+                paths = RunPaths(spec.run_dir)
+                paths.logs.mkdir(parents=True, exist_ok=True)
+                file = self.files[spec.name] = open(paths.log(spec.name), "a", buffering=1)
             when = self.formatter.formatTime(record) if self.formatter else ""
             file.write(f"{when} {spec.name} {record.levelname} {record.getMessage()}\n")
             if record.exc_info:
@@ -113,7 +115,7 @@ class InlineLauncher(Launcher):
         if self._cwd is None:
             # Simulators that write files into the working directory write them in the run directory.
             self._cwd = os.getcwd()
-            workdir = Path(spec.run_dir) / "workdir"
+            workdir = RunPaths(spec.run_dir).workdir
             workdir.mkdir(parents=True, exist_ok=True)
             os.chdir(workdir)
         self.specs[spec.name] = spec

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from srl.streams.link import Transport
-from srl.workers.base import ContextSpec, WorkerSpec
+from srl.api.worker import Transport, WorkerSpec
+from srl.streams.context import ContextSpec
 
 
 class Launcher(ABC):

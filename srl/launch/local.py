@@ -14,8 +14,9 @@ import time
 from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
 
+from srl.api.worker import WorkerSpec
 from srl.launch.launcher import Launcher
-from srl.workers.base import ContextSpec, WorkerSpec
+from srl.streams.context import ContextSpec
 
 
 def _run_worker(spec: WorkerSpec, context: ContextSpec) -> None:

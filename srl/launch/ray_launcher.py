@@ -32,10 +32,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from srl.api.config import ConfigError
+from srl.api.worker import CONTROL_KEY, WorkerSpec
 from srl.launch.launcher import Launcher
 from srl.streams import shm
-from srl.workers.base import CONTROL_KEY, ContextSpec, WorkerSpec
-
+from srl.streams.context import ContextSpec
 
 AUTH_DOCS = "docs/cluster.md, \"Token authentication\""
 

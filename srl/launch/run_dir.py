@@ -10,20 +10,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srl.api.run_paths import RunPaths
 from srl.workers.checkpoint import atomic_write
 
 if TYPE_CHECKING:
     from srl.launch.tracking import WandbTracker
-
-METRICS = "metrics.jsonl"
-STATUS = "status.json"
-SUMMARY = "summary.json"
-CONFIG = "config.yaml"
-GRAPH = "graph.yaml"
-
-
-LOCK = ".lock"
-
 
 class RunInUse(RuntimeError):
     """Another controller holds the run directory."""
@@ -40,7 +31,7 @@ class RunLock:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        self._fd = os.open(RunPaths(path).lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -62,9 +53,10 @@ class RunDir:
     def __init__(self, path: str | Path, tensorboard: bool, tracker: WandbTracker | None = None) -> None:
         # Absolute: workers run in the run's workdir and must find the same checkpoints directory.
         self.path = Path(path).resolve()
-        (self.path / "logs").mkdir(parents=True, exist_ok=True)
-        (self.path / "checkpoints").mkdir(exist_ok=True)
-        self._metrics = open(self.path / METRICS, "a", buffering=1)
+        self.paths = RunPaths(self.path)
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        self.paths.checkpoints().mkdir(exist_ok=True)
+        self._metrics = open(self.paths.metrics, "a", buffering=1)
         self._tensorboard = tensorboard
         self._tb = None
         self._tracker = tracker
@@ -75,17 +67,17 @@ class RunDir:
         if self._tb is None and self._tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.path / "tensorboard"))
+            self._tb = SummaryWriter(str(self.paths.tensorboard))
         return self._tb
 
     def write_config(self, text: str) -> None:
-        (self.path / CONFIG).write_text(text)
+        self.paths.config.write_text(text)
 
     def write_graph(self, text: str) -> None:
         """The worker graph that runs: groups (kind, count, ports) and streams (kind, ends)."""
-        (self.path / GRAPH).write_text(text)
+        self.paths.graph.write_text(text)
         if self._tracker is not None:
-            self._tracker.log_graph(self.path / GRAPH)
+            self._tracker.log_graph(self.paths.graph)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         self._metrics.write(json.dumps(record) + "\n")
@@ -98,10 +90,10 @@ class RunDir:
             self._tracker.log_metrics(scalars)
 
     def write_status(self, status: dict[str, Any]) -> None:
-        write_json_atomic(self.path / STATUS, status)
+        write_json_atomic(self.paths.status, status)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.path / SUMMARY, summary)
+        write_json_atomic(self.paths.summary, summary)
         if self._tracker is not None:
             self._tracker.log_summary(summary)
 
@@ -125,7 +117,7 @@ def _flatten(record: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def read_status(path: str | Path) -> dict[str, Any]:
-    status_file = Path(path) / STATUS
+    status_file = RunPaths(path).status
     if not status_file.exists():
-        raise FileNotFoundError(f"{path} is not a run directory (no {STATUS})")
+        raise FileNotFoundError(f"{path} is not a run directory (no {status_file.name})")
     return json.loads(status_file.read_text())

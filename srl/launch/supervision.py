@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from srl.api.config import SupervisionConfig
-from srl.api.graph import Supervision
+from srl.api.worker import HUNG_SIGNAL, Supervision, WorkerSpec
 from srl.launch.launcher import Launcher
-from srl.workers.base import HUNG_SIGNAL, ContextSpec, WorkerSpec
+from srl.streams.context import ContextSpec
 
 log = logging.getLogger(__name__)
 

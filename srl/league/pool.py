@@ -1,7 +1,7 @@
 """The policy pool: frozen versions of the policy, their tags and metadata, and the games
 played against them, in one SQLite file in the run directory.
 
-    pool = Pool(run_dir / "league" / "pool.sqlite")
+    pool = Pool(RunPaths(run_dir).pool)
     entry = pool.add(version=120, env_steps=1_500_000, path="v-000000120.pt", tags=["snapshot"],
                      metadata={"rating": {"mu": 27.1, "sigma": 1.9}})
     pool.record_match(player_version=130, opponent=entry.id, wins=20, draws=5, losses=7)
@@ -28,14 +28,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-#: Where a run keeps its pool: the database, and the weights files beside it.
-POOL_FILE = Path("league") / "pool.sqlite"
-
-
-def pool_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / POOL_FILE
-
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from srl.launch.run_dir import METRICS, STATUS
+from srl.api.run_paths import RunPaths
 
 #: The columns made from a worker's own stats. Each part is a format string over stat names
 #: and shows only when the worker reports all of them, so a kind is described by what it
@@ -81,12 +81,12 @@ def read_frame(run_dir: str | Path) -> Frame | None:
     """The run as it is now, or None while it has not written status.json yet."""
     run_dir = Path(run_dir)
     try:
-        text = (run_dir / STATUS).read_text()
-        age = time.time() - (run_dir / STATUS).stat().st_mtime
+        text = RunPaths(run_dir).status.read_text()
+        age = time.time() - RunPaths(run_dir).status.stat().st_mtime
         status = json.loads(text)
     except (FileNotFoundError, ValueError):
         return None
-    return Frame(status, last_line(run_dir / METRICS), age)
+    return Frame(status, last_line(RunPaths(run_dir).metrics), age)
 
 
 def _cell(formats: tuple[str, ...], stats: dict[str, Any]) -> str:
@@ -144,7 +144,7 @@ def render(frame: Frame) -> RenderableType:
 
 
 def _waiting(run_dir: Path) -> Text:
-    return Text(f"waiting for {run_dir / STATUS} ...", style="dim")
+    return Text(f"waiting for {RunPaths(run_dir).status} ...", style="dim")
 
 
 def watch(run_dir: str | Path, console: Console, refresh_s: float = 1.0) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from srl.launch.run_dir import CONFIG, METRICS, STATUS, SUMMARY
+from srl.api.run_paths import RunPaths
 
 #: What a curve can be drawn against.
 X_AXES = ("env_steps", "time_s")
@@ -25,12 +25,10 @@ X_AXES = ("env_steps", "time_s")
 DEFAULT_METRIC = "episode_return_mean"
 #: The bands `srl plot` can draw around a config's seeds (here so the CLI need not import numpy).
 BANDS = ("minmax", "std")
-#: Folders inside a run directory: never searched for further runs.
-_RUN_SUBDIRS = {"checkpoints", "logs", "tensorboard", "workdir"}
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / CONFIG).is_file() and ((path / STATUS).is_file() or (path / SUMMARY).is_file())
+    return RunPaths(path).is_run()
 
 
 def find_runs(path: str | Path) -> list[Path]:
@@ -45,7 +43,7 @@ def find_runs(path: str | Path) -> list[Path]:
             found.append(here)
             dirnames.clear()  # a run's own folders hold no runs
             continue
-        dirnames[:] = sorted(d for d in dirnames if d not in _RUN_SUBDIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in RunPaths.OWN_DIRECTORIES and not d.startswith("."))
     return sorted(found)
 
 
@@ -59,7 +57,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def read_config(run: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load((run / CONFIG).read_text())
+        data = yaml.safe_load(RunPaths(run).config.read_text())
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -69,7 +67,7 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
     """Every record of `metrics.jsonl`; a line being written (or otherwise unreadable) is skipped."""
     records = []
     try:
-        with open(run / METRICS) as f:
+        with open(RunPaths(run).metrics) as f:
             for line in f:
                 try:
                     record = json.loads(line)
@@ -196,7 +194,7 @@ def run_state(run: Path, status: dict[str, Any] | None, summary: dict[str, Any] 
     A resumed run keeps the summary of the part before it until it writes its own, so a live
     controller in `status.json` wins over an older `summary.json`.
     """
-    status_file, summary_file = run / STATUS, run / SUMMARY
+    status_file, summary_file = RunPaths(run).status, RunPaths(run).summary
     live = status is not None and status.get("state") in ("running", "stopping")
     if live and _pid_is_controller(status.get("controller_pid"), status_file):
         return "running"
@@ -210,8 +208,8 @@ def run_state(run: Path, status: dict[str, Any] | None, summary: dict[str, Any] 
 
 def run_info(run: Path) -> RunInfo:
     config = read_config(run)
-    status = read_json(run / STATUS)
-    summary = read_json(run / SUMMARY)
+    status = read_json(RunPaths(run).status)
+    summary = read_json(RunPaths(run).summary)
     state = run_state(run, status, summary)
     records = read_metrics(run)
     returns = [r for r in (lookup(rec, DEFAULT_METRIC) for rec in records) if r is not None]

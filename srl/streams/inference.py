@@ -15,9 +15,10 @@ from collections import deque
 import numpy as np
 
 from srl.api.policy import Policy
+from srl.api.worker import Transport
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.streams.link import LinkClient, LinkServer, Received, StreamContext, Transport
+from srl.streams.link import LinkClient, LinkServer, Received, StreamContext
 from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber
 

@@ -32,17 +32,17 @@ import resource
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import zmq
 
 from srl.api.config import MessageCaps
+from srl.api.worker import Transport
 from srl.data import wire
 from srl.data.named_array import NamedArray
 from srl.streams.names import NameService
 from srl.streams.shm import PREFIX, Segment
 
-Transport = Literal["shm", "zmq", "inproc"]
 _SHM_KEY = "_shm"
 _SLOT_KEY = "_slot"
 #: Invalid messages, and their bytes, one `recv` call looks at, at most: past either it returns

@@ -24,9 +24,10 @@ from typing import Any
 
 import zmq
 
+from srl.api.worker import Transport
 from srl.data import wire
 from srl.data.named_array import NamedArray
-from srl.streams.link import ShmReader, ShmWriter, StreamContext, Transport, binding
+from srl.streams.link import ShmReader, ShmWriter, StreamContext, binding
 from srl.streams.shm import Segment
 
 _CONTROL = struct.Struct("<QQ")  # sequence (odd while writing), version + 1 (0: nothing yet)

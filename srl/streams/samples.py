@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from srl.data.named_array import NamedArray
-from srl.streams.link import LinkClient, LinkServer, StreamContext, Transport
-
 #: Meta key of a consumer's answer (not a credit).
+from srl.api.worker import Transport
+from srl.data.named_array import NamedArray
+from srl.streams.link import LinkClient, LinkServer, StreamContext
+
 _REPLY = "reply"
 
 

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from srl.api.agents import AgentRouter
-from srl.api.graph import Port
 from srl.api.policy import Policy
+from srl.api.worker import Port
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.grouped_slot import GroupedSlot

@@ -24,21 +24,17 @@ import collections
 import contextlib
 import logging
 import os
-import signal
 import socket
-import tempfile
 import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from srl.api.graph import Port, Supervision
+from srl.api.worker import Port, Supervision, WorkerSpec
 from srl.streams import shm
-from srl.streams.link import LinkClient, StreamContext, Transport
-from srl.streams.names import DirectoryNameService, NameService
+from srl.streams.link import LinkClient, StreamContext
 
 log = logging.getLogger(__name__)
 
@@ -62,89 +58,12 @@ class ShippedLog(logging.Handler):
 #: Installed as the logging handler by workers whose logs must travel to the controller.
 SHIPPED_LOG = ShippedLog()
 
-CONTROL_KEY = "control"
-#: Sent to a hung worker just before it is killed: it writes every thread's stack to its log.
-HUNG_SIGNAL = signal.SIGUSR1
 #: Seconds between looks at the control socket. The run loop asks after every poll (thousands
 #: of times a second for a fast env); a stop command waits at most this long.
 CONTROL_CHECK_S = 0.02
 #: Heartbeats in a row left unanswered after which the controller counts as gone (at least
 #: `orphan_timeout_s`): a large run's heartbeats are seconds apart.
 ORPHAN_BEATS = 4
-
-
-@dataclass
-class StreamEnd:
-    """One end of a named stream: the name-service key and the transport to use."""
-
-    key: str
-    transport: Transport
-    #: More ends a producer writes the same messages to (a broadcast's network end, which
-    #: relays on other hosts read).
-    copies: list[StreamEnd] = field(default_factory=list)
-
-
-@dataclass
-class WorkerSpec:
-    """Everything a worker needs, and nothing more: its own sections of the config."""
-
-    name: str
-    #: The kind as the graph names it (a short name or an import path).
-    kind: str
-    #: Its place in its group: the group's name, its index there (rank), the group's size.
-    group: str
-    index: int
-    group_size: int
-    seed: int
-    #: Per-kind settings (plain dicts from the validated config sections this worker uses).
-    settings: dict[str, Any]
-    streams: dict[str, StreamEnd]
-    control: StreamEnd
-    run_dir: str
-    heartbeat_s: float = 0.25
-    orphan_timeout_s: float = 20.0
-    #: The controller's PID when it runs on this worker's host: its death stops the worker at once.
-    controller_pid: int | None = None
-    placement: dict[str, Any] = field(default_factory=dict)
-    #: Start from the run's last checkpoint (a resumed run, or a restart that asks for it).
-    resume: bool = False
-    #: How many times its group has been restarted as a whole (fresh rendezvous keys for each).
-    generation: int = 0
-
-
-@dataclass
-class ContextSpec:
-    """How a worker process rebuilds the run's StreamContext."""
-
-    run_id: str
-    secret: bytes
-    #: A directory for `DirectoryNameService`, or `ray:<namespace>` for the cluster's key-value store.
-    names: str
-    #: Private directory for Unix sockets; `node` makes one per host (cluster launchers).
-    ipc_dir: str
-    #: Address to bind TCP sockets to; `node` means this host's own address on the cluster.
-    host: str = "127.0.0.1"
-    #: The largest message of each stream kind, in bytes (`streams.max_message_mb`).
-    caps: dict[str, int] = field(default_factory=dict)
-    #: Every worker in one process, stepped in turn (`launcher: inline`): see `StreamContext.inline`.
-    inline: bool = False
-
-    def build(self) -> StreamContext:
-        host, ipc_dir = self.host, self.ipc_dir
-        if self.names.startswith("ray:"):
-            from srl.streams.names import RayNameService
-
-            names: NameService = RayNameService(self.names.removeprefix("ray:"))
-        else:
-            names = DirectoryNameService(self.names)
-        if host == "node":
-            import ray
-
-            host = ray.util.get_node_ip_address()
-        if ipc_dir == "node":
-            ipc_dir = os.path.join(tempfile.gettempdir(), f"srl-{self.run_id}-{host}")
-            os.makedirs(ipc_dir, mode=0o700, exist_ok=True)
-        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps, inline=self.inline)
 
 
 class FatalError(RuntimeError):

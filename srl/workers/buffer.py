@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from srl.api.graph import Port, Supervision
+from srl.api.run_paths import RunPaths
+from srl.api.worker import Port, Supervision
 from srl.data import keys
 from srl.replay.buffer import ReplayBuffer
 from srl.streams.link import LinkWaiter
@@ -60,7 +60,7 @@ class BufferWorker(Worker):
         s = self.spec.settings
         self.settings = r = s["replay"]
         self.buffer = make_buffer(s, self.spec.seed)
-        self.contents = Path(self.spec.run_dir) / "checkpoints" / f"replay-{self.spec.index}.npz"
+        self.contents = RunPaths(self.spec.run_dir).replay_contents(self.spec.index)
         self.save_every_s = s["checkpoint"]["every_s"]
         if self.spec.resume and r["save_contents"] and self.contents.exists():
             with np.load(self.contents, allow_pickle=False) as saved:

@@ -13,8 +13,11 @@ from pathlib import Path
 import torch
 
 from srl.api.registry import WORKERS
+from srl.api.run_paths import RunPaths
+from srl.api.worker import HUNG_SIGNAL, WorkerSpec
+from srl.streams.context import ContextSpec
 from srl.streams.link import allow_many_connections
-from srl.workers.base import HUNG_SIGNAL, SHIPPED_LOG, ContextSpec, WorkerSpec
+from srl.workers.base import SHIPPED_LOG
 from srl.workers.seeding import seed_process, worker_seed
 from srl.workers.threads import compute_threads
 
@@ -28,9 +31,9 @@ def _die_with_parent() -> None:
 
 
 def _redirect_output(run_dir: str, name: str) -> None:
-    logs = Path(run_dir) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    fd = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    paths = RunPaths(run_dir)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.log(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -64,7 +67,7 @@ def run_worker(spec: WorkerSpec, context: ContextSpec, own_process: bool = True)
     # write them inside the run directory, never into the user's.
     ctx = context.build()
     allow_many_connections()
-    workdir = Path(spec.run_dir) / "workdir" if own_process else Path(ctx.ipc_dir) / "workdir"
+    workdir = RunPaths(spec.run_dir).workdir if own_process else Path(ctx.ipc_dir) / "workdir"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     compute_threads(spec.placement.get("threads", 1))  # see `Placement.threads`

@@ -26,6 +26,7 @@ and each policy's trajectories hold only its own agents' rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

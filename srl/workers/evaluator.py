@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.run_paths import RunPaths
 from srl.envs.gym_slot import GymSlot
 from srl.envs.slots import EnvSlot
 from srl.workers import checkpoint
@@ -148,7 +149,7 @@ class EvalWorker(RoundsWorker):
 
     def setup(self) -> None:
         s = self.spec.settings
-        self.evaluator = Evaluator(s["env"], s["policy"], s["evaluation"], Path(self.spec.run_dir) / "checkpoints",
+        self.evaluator = Evaluator(s["env"], s["policy"], s["evaluation"], RunPaths(self.spec.run_dir).checkpoints(),
                                    seed=SEED_BASE + self.spec.seed + self.spec.index * 2**24)
         if self.evaluator.best.version is not None:
             log.info("the score to beat: %.2f (version %d, in best.json)", self.evaluator.best.score,

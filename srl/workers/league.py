@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from srl.api.env import spaces_of
+from srl.api.run_paths import RunPaths
 from srl.league.match import Games, play_games, split_agents
-from srl.league.pool import Entry, Pool, pool_path
+from srl.league.pool import Entry, Pool
 from srl.league.rating import Rating, Ratings
 from srl.workers import checkpoint
 from srl.workers.base import FatalError
@@ -62,7 +63,7 @@ class League:
         self.seats = split_agents(self.envs[0].agent_ids, settings["learner"])
         spaces = spaces_of(self.envs[0])
         self.learner, self.opponent = make_policy(policy, *spaces), make_policy(policy, *spaces)
-        self.pool = Pool(pool_path(run_dir))
+        self.pool = Pool(RunPaths(run_dir).pool)
         self.directory = self.pool.path.parent
         self.ratings = Ratings()
         saved = self.pool.state(PLAYER_RATING)

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from srl.api.policy import Policy
+from srl.api.run_paths import RunPaths
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.slots import Slot
 from srl.league import selection
 from srl.league.match import split_agents
-from srl.league.pool import Entry, Pool, pool_path
+from srl.league.pool import Entry, Pool
 from srl.streams.inference import InferenceClient
 from srl.workers import checkpoint
 from srl.workers.base import FatalError
@@ -80,7 +81,7 @@ class SelfPlay:
              make_policy: Callable[[], Policy]) -> SelfPlay:
         """An actor's self-play on the run's pool; its draws follow the process's seeded generator."""
         try:
-            return cls(settings, slots, Pool(pool_path(run_dir)), make_policy,
+            return cls(settings, slots, Pool(RunPaths(run_dir).pool), make_policy,
                        np.random.default_rng(np.random.randint(2**31)))
         except ValueError as exc:  # the learner's patterns do not fit the env: a restart cannot help
             raise FatalError(str(exc)) from exc

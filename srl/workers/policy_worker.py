@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from srl.api.env import spaces_of
-from srl.api.graph import Port
 from srl.api.policy import Policy
+from srl.api.worker import Port
 from srl.data import keys
 from srl.data.named_array import concat
 from srl.streams.inference import InferenceServer, serve

@@ -29,7 +29,7 @@ from typing import Any
 import pydantic
 
 from srl.api.config import PopulationConfig
-from srl.api.graph import member_dir
+from srl.api.run_paths import RunPaths
 from srl.workers.base import Worker
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class PopulationWorker(Worker):
                 self.since[member] = time.monotonic()
                 continue
             if p["stage"] == "save":
-                checkpoints = member_dir(self.spec.run_dir, copy.source) / "checkpoints"
+                checkpoints = RunPaths(self.spec.run_dir).member(copy.source).checkpoints()
                 p["stage"], p["source_version"] = "load", view[copy.source].get("policy_version")
                 p["at"] = time.monotonic()
                 # `source` and `why` are for the lineage the controller writes; the trainer reads the rest.

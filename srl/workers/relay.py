@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from srl.api.graph import Port
+from srl.api.worker import Port
 from srl.streams.parameters import open_publisher, open_subscriber
 from srl.workers.base import Worker
 

@@ -17,7 +17,6 @@ parameter subscriber); a policy whose samples nobody trains on has no producer h
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from srl.data.named_array import NamedArray

@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from srl.api.env import spaces_of
-from srl.api.graph import Port, Supervision
+from srl.api.run_paths import RunPaths
+from srl.api.worker import Port, Supervision
 from srl.data import keys
 from srl.data.named_array import NamedArray, concat
 from srl.streams.meter import Mean
@@ -53,9 +53,7 @@ class TrainerWorker(Worker):
         env.close()
         self.batch_steps = s["trainers"]["batch_steps"]
         self.max_staleness = s["trainers"]["max_staleness"]
-        self.checkpoint_dir = Path(self.spec.run_dir) / "checkpoints"
-        if self.policy_name:
-            self.checkpoint_dir = self.checkpoint_dir / self.policy_name
+        self.checkpoint_dir = RunPaths(self.spec.run_dir).checkpoints(self.policy_name)
         self.checkpoint_every_s = s["checkpoint"]["every_s"]
         self.keep = s["checkpoint"]["keep"]
         self.env_steps_at_start = 0

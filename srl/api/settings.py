@@ -1,0 +1,105 @@
+"""What each built-in worker kind is told: its settings, typed, made of the config's own sections.
+
+A graph builder hands a worker one of these models (a kind names it as its `Config`); the
+worker reads attributes, never string keys, and no default lives here that the config does
+not already hold: each field is a config section (or a value taken from one) as the run's
+config has it. A config's `workers.<group>.settings` changes them key by key, and the
+result is validated against the model again before anything starts.
+
+    class ActorWorker(Worker):
+        Config = ActorSettings
+        def setup(self):
+            self.settings.actors.ring_size, self.settings.env, ...
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import PositiveInt
+
+from srl.api.config import (
+    ActorsConfig,
+    CheckpointConfig,
+    ComponentConfig,
+    EnvConfig,
+    EvaluationConfig,
+    PopulationConfig,
+    ReplayConfig,
+    Section,
+    SelfPlayConfig,
+    StreamsConfig,
+    TrainersConfig,
+)
+
+
+class Acting(Section):
+    """A worker that acts with the run's policy, or with several policies for their agents."""
+
+    env: EnvConfig
+    #: One policy (None with several).
+    policy: ComponentConfig | None = None
+    #: Several policies by name, and the agents each acts for (empty with one policy).
+    policies: dict[str, ComponentConfig] = {}
+    agents: dict[str, list[str]] = {}
+
+
+class ActorSettings(Acting):
+    actors: ActorsConfig
+    #: Trajectories in flight to the trainer at most (`streams.sample_slots`).
+    sample_slots: PositiveInt
+    #: Env steps per training batch (`trainers.batch_steps`): a synchronous actor waits for a new
+    #: version each time it has sent this many.
+    batch_steps: PositiveInt
+    #: Self-play: which agents learn; the others play frozen versions from the pool.
+    self_play: SelfPlayConfig | None = None
+
+
+class PolicyWorkerSettings(Acting):
+    #: Wait up to this long for more requests before a forward pass (`policy_workers.max_wait_ms`).
+    max_wait_ms: float
+    device: str
+
+
+class TrainerSettings(Section):
+    env: EnvConfig
+    policy: ComponentConfig
+    algorithm: ComponentConfig
+    trainers: TrainersConfig
+    checkpoint: CheckpointConfig
+    streams: StreamsConfig
+    #: With several policies: the one this group trains, and its agents (their spaces are its own).
+    policy_name: str | None = None
+    agents: list[str] = []
+
+
+class BufferSettings(Section):
+    env: EnvConfig
+    replay: ReplayConfig
+    checkpoint: CheckpointConfig
+    #: Env steps per trajectory the actors send (`actors.trajectory_length`).
+    trajectory_length: PositiveInt
+    #: What one stored unit is: a transition with `n_step` returns discounted by `gamma`, or a
+    #: whole sequence (recurrent replay); `joint`: one unit holds every agent of an env (VDN, QMIX).
+    unit: Literal["transition", "sequence"]
+    n_step: PositiveInt
+    gamma: float
+    joint: bool
+
+
+class EvalSettings(Section):
+    env: EnvConfig
+    policy: ComponentConfig
+    evaluation: EvaluationConfig
+
+
+class LeagueSettings(Section):
+    env: EnvConfig
+    policy: ComponentConfig
+    self_play: SelfPlayConfig
+
+
+class PopulationSettings(Section):
+    population: PopulationConfig
+    #: The members' names, in order (`m0`, `m1`, ...).
+    members: list[str]

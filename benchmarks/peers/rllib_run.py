@@ -163,11 +163,13 @@ def main(argv=None) -> int:
         algo = config.build_algo()
         divide = N_AGENTS if args.task == "spread" else 1
         progress.report(0, force=True, boundary=True)
+        score = None
         while time.time() - T0 < args.max_seconds:
             result = algo.train()
             runners = result.get("env_runners", {})
             frames = runners.get("num_env_steps_sampled_lifetime", result.get("num_env_steps_sampled_lifetime", 0))
-            score = runners.get("episode_return_mean")
+            # The mean of the last 100 episodes is only in results of iterations that finished one.
+            score = runners.get("episode_return_mean", score)
             progress.report(frames, score=None if score is None else score / divide,
                             episodes=runners.get("num_episodes_lifetime", 0), force=True, boundary=True)
     finally:

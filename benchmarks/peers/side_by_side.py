@@ -26,6 +26,9 @@ from round to round:
 Frames are env steps after frame skip, counted alike for every system: one Pong step is 4
 emulator frames; on spread one env step moves all three agents (agent steps are 3x that).
 SRL's env_steps count the same; each runner converts its peer's counters (see its docstring).
+Which frames: SRL's and RLlib's and SB3's are the env steps sampled (SB3 and RLlib, synchronous,
+train on all of them); Sample Factory's are those its learner consumed. SRL drops samples older
+than its staleness bound, so the JSON and the table also give what it trained on.
 
 Each peer runs from a venv of its own, made on first use by the setup_<peer>.sh beside this
 file (under ~/.cache/srl-peers/), never in the project's venv; runners are <peer>_run.py, which
@@ -219,8 +222,9 @@ class Proc:
 class SrlProc(Proc):
     """`srl train`: progress comes from the run directory's metrics.jsonl."""
 
-    def __init__(self, cmd: list[str], log_path: Path, cwd: Path, run_dir: Path) -> None:
+    def __init__(self, cmd: list[str], log_path: Path, cwd: Path, run_dir: Path, agents: int) -> None:
         super().__init__(cmd, log_path, cwd)
+        self.agents = agents  # SRL's trained_steps count agent rows; env_steps count env steps
         self.metrics = run_dir / "metrics.jsonl"
         self.offset = 0
         self.partial = ""
@@ -238,7 +242,7 @@ class SrlProc(Proc):
                 with contextlib.suppress(ValueError):
                     m = json.loads(line)
                     self.records.append({"wall": None, "time_s": m["time_s"], "frames": m["env_steps"],
-                                         "trained": m.get("trained_steps"), "episodes": m.get("episodes", 0),
+                                         "trained": None if m.get("trained_steps") is None else m["trained_steps"] / self.agents, "episodes": m.get("episodes", 0),
                                          "score": m.get("episode_return_mean"), "boundary": True,
                                          "received": received})
         return self.records[since:]
@@ -379,7 +383,7 @@ def start(system: str, measure: str, task: Task, task_name: str, args, python: s
         run_dir = work / f"srl-{tag}"
         cmd = [*srl_command(), "train", task.srl_config, "--run-dir", str(run_dir),
                *srl_overrides(task, measure, max_seconds)]
-        return SrlProc(cmd, work / f"{tag}.log", REPO, run_dir)
+        return SrlProc(cmd, work / f"{tag}.log", REPO, run_dir, task.agents)
     cmd = [python, str(HERE / PEERS[system][1]), "--task", task_name, "--mode", measure,
            "--max-seconds", f"{max_seconds:g}", "--seed", str(args.seed)]
     if measure == "throughput":
@@ -410,6 +414,9 @@ def summarize(report: dict) -> None:
         if not rows:
             continue
         med[system] = {"frames_per_s": median([r.get("frames_per_s") for r in rows]),
+                       # SRL drops samples staler than its bound: what it trained on, beside what it sampled
+                       "trained_frames_per_s": median([r.get("throughput", {}).get("trained_frames_per_s")
+                                                       for r in rows]),
                        "seconds_to_score": median([r.get("seconds_to_score") for r in rows]),
                        "rounds": len(rows),
                        "reached": sum(r.get("seconds_to_score") is not None for r in rows)}
@@ -437,7 +444,9 @@ def summarize(report: dict) -> None:
         fps = "-" if m["frames_per_s"] is None else f"{m['frames_per_s']:.0f}"
         sec = "-" if m["seconds_to_score"] is None else f"{m['seconds_to_score']:.1f}"
         reach = f"{m['reached']}/{m['rounds']}" if "score" in measures else ""
-        print(f"{system:16} {version[:34]:34} {fps:>10} {sec:>10} {reach:>8}")
+        trained = m["trained_frames_per_s"]
+        trained = "" if trained is None else f"   (trained on {trained:.0f}/s)"
+        print(f"{system:16} {version[:34]:34} {fps:>10} {sec:>10} {reach:>8}{trained}")
     for system, info in report["systems"].items():
         if info.get("skipped"):
             print(f"{system:16} skipped: {info['skipped']}")

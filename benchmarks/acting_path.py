@@ -22,18 +22,18 @@ from srl.api.env import spaces_of
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.slot_builder import make_slots
-from srl.workers.components import make_env, make_policy
+from srl.api.components import make_env, make_policy
 from srl.workers.env_ring import EnvRing
 from srl.workers.threads import compute_threads
 
 
 def _actor(config_name: str) -> tuple[Any, EnvRing]:
     config = load(config_name)
-    env_section = config.env.model_dump()
+    env_section = config.env
     probe = make_env(env_section)
     spaces = spaces_of(probe)
     probe.close()
-    policy = make_policy(config.policy.model_dump(), *spaces)
+    policy = make_policy(config.policy, *spaces)
     n = config.actors.envs_per_slot
     ring = EnvRing(make_slots(lambda: make_env(env_section), 1, n, seed=0, env_config=env_section),
                    config.actors.trajectory_length, policy.initial_state)

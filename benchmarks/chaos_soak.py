@@ -81,7 +81,7 @@ class Checkpoints:
     seen: dict[str, dict] = field(default_factory=dict)
 
     def scan(self, directory: Path, t: float) -> None:
-        from srl.workers import checkpoint
+        from srl.learn import checkpoint
 
         for sidecar in sorted(directory.glob("ckpt-*.json")):
             pt = sidecar.with_suffix(".pt")
@@ -101,7 +101,7 @@ class Checkpoints:
                                   "env_steps": info.get("env_steps"), "error": error}
 
     def report(self, directory: Path) -> dict:
-        from srl.workers import checkpoint
+        from srl.learn import checkpoint
 
         kept = {}
         for pt in sorted(directory.glob("ckpt-*.pt")):

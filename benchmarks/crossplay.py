@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from srl.evaluate import SOURCES, evaluate
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 
 def kept_versions(run_dir: Path, policy: str) -> list[int]:

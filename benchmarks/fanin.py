@@ -379,10 +379,11 @@ def run_controller(args: argparse.Namespace) -> None:
     """The controller's process: the real `Controller`, with `FanInLauncher`."""
     from srl.api.config import load
     from srl.launch.controller import Controller
+    from srl.prepare import resolve_graph
 
     run_dir = Path(args.run_dir)
     config = load("cartpole-ppo", overrides(args, args.clients[0]))
-    controller = Controller(config, run_dir, launcher=FanInLauncher(args.client_procs))
+    controller = Controller(config, resolve_graph(config), run_dir, launcher=FanInLauncher(args.client_procs))
     (run_dir / "fanin" / "rss_before").write_text(str(psutil.Process().memory_info().rss))
     controller.run()
 

@@ -53,7 +53,7 @@ def _one(target: Any, *args: Any, device: str = "cpu") -> float:
 
 def experiment_costs(config_name: str, seconds: float, device: str = "cpu") -> dict[str, Any]:
     """Env, forward pass (by batch), learner, and the message sizes of one config."""
-    from srl.workers.components import make_policy
+    from srl.api.components import make_policy
 
     config = load(config_name, [])
     data = config.model_dump(mode="json")
@@ -223,6 +223,7 @@ class ControllerRun:
 def controller_cost(workers: int, seconds: float, clients: int = 16) -> ControllerRun:
     """The real controller's CPU, heartbeats and looks, supervising `workers` workers (TCP control link)."""
     from srl.launch.controller import Controller
+    from srl.prepare import resolve_graph
     from srl.launch.supervision import WorkerState
     from srl.streams.link import LinkServer
     from srl.api.worker import CONTROL_KEY, StreamEnd, WorkerSpec
@@ -231,7 +232,7 @@ def controller_cost(workers: int, seconds: float, clients: int = 16) -> Controll
                                    "log.tensorboard=false", "log.progress=false",
                                    "supervision.heartbeat_timeout_s=1000000"])
     with tempfile.TemporaryDirectory(prefix="srl-hb-") as root:
-        controller = Controller(config, Path(root) / "run", launcher=_NoProcesses())
+        controller = Controller(config, resolve_graph(config), Path(root) / "run", launcher=_NoProcesses())
         controller.control = LinkServer(controller.context.build(), CONTROL_KEY, "zmq")
         names = [f"actor.{i}" for i in range(workers)]
         for i, name in enumerate(names):

@@ -20,8 +20,8 @@ from srl.api.config import read_config_file
 from srl.api.env import spaces_of
 from srl.league.match import play_games, split_agents
 from srl.league.pool import Pool, pool_path
-from srl.workers import checkpoint
-from srl.workers.components import make_env, make_policy
+from srl.learn import checkpoint
+from srl.api.components import make_env, make_policy
 from srl.workers.threads import compute_threads
 
 

@@ -49,17 +49,11 @@ from typing import Any
 
 import numpy as np
 
-from srl.api.config import ExperimentConfig, validate
+from srl.api.config import ExperimentConfig
 from srl.api.run_paths import RunPaths
 from srl.launch.metrics import RunMetrics
-from srl.measure import (
-    MeasurementError,
-    env_rate,
-    gather,
-    in_step,
-    inference_rate,
-    learner_rate,
-)
+from srl.measure import MeasurementError, env_rate, gather, in_step, inference_rate, learner_rate
+from srl.prepare import prepare
 
 #: Seconds after the first env steps before the steady-state window opens.
 WARMUP_S = 1.0
@@ -168,9 +162,9 @@ def system_rate(config_data: dict[str, Any], seconds: float, sampling_only: bool
         # Replay buffers store what the actors send and draw no batch: drawing is the learner's
         # side, measured by T (and with no batch drawn, no replay ratio can hold the actors back).
         data["replay"].update(replay_ratio=None, learning_starts=2**62)
-    config = validate(data)
+    run = prepare(data)
     with tempfile.TemporaryDirectory(prefix="srl-bench-") as run_dir:
-        summary = Controller(config, Path(run_dir) / "run", stop_rules=MeasuredWindow(seconds, startup_s)).run()
+        summary = Controller(run.config, run.graph, Path(run_dir) / "run", stop_rules=MeasuredWindow(seconds, startup_s)).run()
         if summary.get("stop_reason") == "interrupted":
             raise KeyboardInterrupt  # Ctrl-C stops the whole bench, not just the run being measured
         paths = RunPaths(Path(run_dir) / "run")
@@ -204,9 +198,9 @@ def _reached_batch(config: ExperimentConfig, status: dict[str, Any]) -> int:
     batches = [w.get("mean_batch") for w in status["workers"] if w.get("group", w["kind"]) == "policy" and w.get("mean_batch")]
     if batches:
         return max(1, int(round(float(np.mean(batches)))))
-    from srl.workers.components import make_env
+    from srl.api.components import make_env
 
-    env = make_env(config.env.model_dump())
+    env = make_env(config.env)
     agents = len(env.agent_ids)
     env.close()
     return config.actors.envs_per_slot * agents

@@ -9,20 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import (
-    ConfigError,
-    ExperimentConfig,
-    apply_overrides,
-    check_devices,
-    read_config_file,
-    take_auto,
-    validate_components,
-    validate_structure,
-)
-from srl.api.graph import resolve as resolve_graph
+from srl.api.config import ConfigError, ExperimentConfig
 from srl.api.run_paths import RunPaths
-from srl.launch.tracking import check_wandb
 from srl.measure import MeasurementError
+from srl.prepare import prepare
 
 EXIT_CONFIG = 2
 #: The exit status of a command stopped by Ctrl-C, as the shell gives one killed by SIGINT.
@@ -35,47 +25,28 @@ def _train(args: argparse.Namespace) -> int:
     if config_name and "=" in config_name:
         overrides.insert(0, config_name)
         config_name = None
+    if not config_name and not args.resume:
+        print("srl: config error: train: give a CONFIG (bundled name or YAML path) or --resume DIR", file=sys.stderr)
+        return EXIT_CONFIG
     try:
-        if args.resume:
-            run_dir = Path(args.resume)
-            data = read_config_file(str(RunPaths(run_dir).config))
-            previous_config = validate_components(validate_structure(json.loads(json.dumps(data))))
-        elif config_name:
-            data = read_config_file(config_name)
-        else:
-            raise ConfigError("train: give a CONFIG (bundled name or YAML path) or --resume DIR")
-        data, auto = take_auto(apply_overrides(data, overrides))
-        config = validate_structure(data)
-        # Start the worker fork server now: it imports torch on one core while the
-        # components' own settings are checked (which imports them) on the other.
-        if config.launcher == "local":
-            from srl.launch.local import LocalLauncher
-
-            LocalLauncher.prepare()
-        config = validate_components(config)
-        check_devices(config)
-        check_wandb(config.log.wandb)
-        config, layout = _layout(config, auto)
-        resolve_graph(config)  # the worker graph: kinds, their settings, every stream
+        run = prepare(config_name, overrides, resume=args.resume, before_components=_start_fork_server)
     except ConfigError as exc:
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except MeasurementError as exc:  # `auto`'s measurements could not be made
         print(f"srl: train: the layout's measurements failed: {exc}", file=sys.stderr)
         return 1
-    if not args.resume:
-        run_dir = Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
-        if RunPaths(run_dir).summary.exists() or RunPaths(run_dir).status.exists():
-            print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
-            return EXIT_CONFIG
-    from srl.launch.controller import (
-        Controller,  # heavy imports only once the config is valid
-    )
+    config = run.config
+    run_dir = run.resume or Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
+    if not run.resume and (RunPaths(run_dir).summary.exists() or RunPaths(run_dir).status.exists()):
+        print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
+        return EXIT_CONFIG
+    from srl.launch.controller import Controller  # heavy imports only once the config is valid
     from srl.launch.run_dir import RunInUse
 
     print(f"srl: run directory {run_dir}", file=sys.stderr)
     try:
-        controller = Controller(config, run_dir, resume=bool(args.resume))
+        controller = Controller(run.config, run.graph, run_dir, resume=run.resume is not None)
     except ConfigError as exc:  # settings only checkable by starting them (a W&B login)
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -85,10 +56,10 @@ def _train(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk, a read-only file system: no run can start there
         print(f"srl: cannot write the run directory {run_dir}: {exc}", file=sys.stderr)
         return 1
-    if layout is not None:
-        _write_layout(run_dir, layout)
-    if args.resume:
-        for line in _changes(previous_config, config):
+    if run.layout is not None:
+        _write_layout(run_dir, run.layout)
+    if run.previous is not None:
+        for line in _changes(run.previous, config):
             print(f"srl: resuming with {line}", file=sys.stderr)
     try:
         summary = controller.run()
@@ -99,15 +70,13 @@ def _train(args: argparse.Namespace) -> int:
     return 0 if not summary.get("errors") else 1
 
 
-def _layout(config: ExperimentConfig, auto: list[str]) -> tuple[ExperimentConfig, dict[str, Any] | None]:
-    """The config with its `auto` layout fields chosen from measurements (srl.layout), said on stderr."""
-    if not auto:
-        return config, None
-    from srl.layout import describe, resolve
+def _start_fork_server(config: ExperimentConfig) -> None:
+    """Start the worker fork server now: it imports torch on one core while the components'
+    own settings are checked (which imports them) on the other."""
+    if config.launcher == "local":
+        from srl.launch.local import LocalLauncher
 
-    config, record = resolve(config, auto, say=lambda line: print(f"srl: {line}", file=sys.stderr))
-    print(f"srl: {describe(record)}", file=sys.stderr)
-    return config, record
+        LocalLauncher.prepare()
 
 
 def _write_layout(run_dir: Path, record: dict[str, Any]) -> None:
@@ -201,9 +170,7 @@ def _top(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     try:
-        data, auto = take_auto(apply_overrides(read_config_file(args.config), args.overrides))
-        config, _ = _layout(validate_components(validate_structure(data)), auto)
-        resolve_graph(config)  # the worker graph: kinds, their settings, every stream
+        config = prepare(args.config, args.overrides).config
         if config.policies:
             raise ConfigError("policies: srl bench measures one policy's trainer; a config of several policies "
                               "is not benchmarked yet")

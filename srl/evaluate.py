@@ -27,21 +27,21 @@ from typing import Any
 import numpy as np
 
 from srl.api.agents import AgentRouter
-from srl.api.config import read_config_file
+from srl.api.components import make_env, make_policy
+from srl.api.config import ExperimentConfig, run_config
 from srl.api.env import spaces_of
 from srl.api.policy import Policy
 from srl.api.run_paths import RunPaths
 from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.render import Video, headless_rendering
 from srl.envs.slots import EnvSlot
-from srl.workers import checkpoint
-from srl.workers.components import make_env, make_policy
+from srl.learn import checkpoint
 from srl.workers.play import Evaluation, play, play_grouped
 
 SOURCES = ("latest", "best", "initial", "random")
 
 
-def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple,
+def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tuple,
                policy_name: str | None = None) -> tuple[Policy, str]:
     """The run's policy acting with `source` (one of `SOURCES` or a checkpoint path), and its label.
 
@@ -49,15 +49,15 @@ def policy_for(source: str, run_dir: Path, config: dict[str, Any], spaces: tuple
     """
     import torch
 
-    if config.get("policies") and policy_name not in config["policies"]:
-        raise ValueError(f"{run_dir} trains several policies ({', '.join(config['policies'])}); playing or "
+    if config.policies and policy_name not in config.policies:
+        raise ValueError(f"{run_dir} trains several policies ({', '.join(config.policies)}); playing or "
                          "exporting one of them alone is not supported yet")
     checkpoints = RunPaths(run_dir).checkpoints(policy_name)
-    section = config["policies"][policy_name]["policy"] if policy_name else config["policy"]
+    section = config.policies[policy_name].policy if policy_name else config.policy
 
     if source == "random":
-        return make_policy({"type": "random", "args": {"seed": config.get("seed", 0)}}, *spaces), "random"
-    torch.manual_seed(int(config.get("seed", 0)))  # seeded as the trainer seeds its own network
+        return make_policy({"type": "random", "args": {"seed": config.seed}}, *spaces), "random"
+    torch.manual_seed(config.seed)  # seeded as the trainer seeds its own network
     policy = make_policy(section, *spaces)
     if source == "initial":
         return policy, "initial"
@@ -103,16 +103,16 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
 
     compute_threads(1)  # small batches: more threads only contend (as in the workers)
     run_dir = Path(run_dir)
-    config = read_config_file(str(RunPaths(run_dir).config))
-    env_config = config["env"]
-    name = str(env_config.get("id") or env_config["type"])
+    config = run_config(run_dir)
+    env_config = config.env
+    name = str(env_config.id or env_config.type)
     if video is not None:
         headless_rendering()  # before any env imports MuJoCo or pygame
     made = [make_env(env_config, render=video is not None and j == 0) for j in range(envs)]
     recorder = None
     if video is not None:
         made[0] = recorder = video.record(made[0], name)
-    if config.get("policies"):
+    if config.policies:
         return _evaluate_policies(run_dir, config, made, seed, name, episodes, agents or {}, deterministic,
                                   default_source, recorder)
     slot = EnvSlot(made, [seed + j for j in range(envs)], name)
@@ -131,13 +131,13 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
         slot.close()
 
 
-def _evaluate_policies(run_dir: Path, config: dict[str, Any], made: list, seed: int, name: str, episodes: int,
+def _evaluate_policies(run_dir: Path, config: ExperimentConfig, made: list, seed: int, name: str, episodes: int,
                        agents: Mapping[str, str], deterministic: bool, default_source: str,
                        recorder: Any) -> Evaluation:
     """`evaluate` for a run of several policies: each agent plays its own policy from its source
     (`latest`: that policy's newest checkpoint, in `checkpoints/<policy>/`)."""
-    router = AgentRouter.from_rules(made[0].agent_ids, [(r["match"], r["policy"]) for r in config["agents"]],
-                                    config["policies"])
+    router = AgentRouter.from_rules(made[0].agent_ids, [(r.match, r.policy) for r in config.agents],
+                                    config.policies)
     slot = GroupedSlot(made, [seed + j for j in range(len(made))], router, name)
     try:
         chosen = _row_sources(slot.agents, agents, default_source)

@@ -27,12 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from srl.api.config import read_config_file
+from srl.api.components import make_env
+from srl.api.config import run_config
 from srl.api.env import spaces_of
-from srl.api.run_paths import RunPaths
 from srl.data import keys
 from srl.evaluate import policy_for
-from srl.workers.components import make_env
 
 FORMATS = ("torchscript", "onnx")
 #: File suffixes that name a format when none is given.
@@ -70,8 +69,8 @@ def export(run_dir: str | Path, out: str | Path, format: str | None = None, chec
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r} (formats: {', '.join(FORMATS)})")
     run_dir, out = Path(run_dir), Path(out)
-    config = read_config_file(str(RunPaths(run_dir).config))
-    env = make_env(config["env"])  # only for its spaces, which the config does not spell out
+    config = run_config(run_dir)
+    env = make_env(config.env)  # only for its spaces, which the config does not spell out
     try:
         observation_space, action_space = spaces_of(env)
     finally:

@@ -57,25 +57,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srl.api.config import (
-    AUTO_FIELDS,
-    SAMPLER_NICE,
-    ConfigError,
-    ExperimentConfig,
-    validate_structure,
-)
-from srl.measure import (
-    Failed,
-    MeasurementError,
-    Rates,
-    env_rate,
-    gather,
-    inference_rate,
-    learner_rate,
-    parallel,
-    replay_settings,
-    reporting,
-)
+from srl.api.config import AUTO_FIELDS, SAMPLER_NICE, ConfigError, ExperimentConfig, validate_structure
+from srl.measure import (Failed, MeasurementError, Rates, env_rate, gather, inference_rate, learner_rate, parallel,
+                         replay_settings, reporting)
 
 #: CPU seconds one inference request costs each side (actor; policy worker) beyond the forward
 #: pass: encoding, shared memory, ZeroMQ and process wake-ups. The actor's side measures close

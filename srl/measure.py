@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from srl.api.config import ExperimentConfig, validate
+from srl.api.settings import BufferSettings
 from srl.data import keys
 from srl.data.named_array import NamedArray, stack
 
@@ -26,8 +27,8 @@ from srl.data.named_array import NamedArray, stack
 # ------------------------------------------------------------------------ the parts
 def env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, queue: Any) -> None:
     """Put the env steps/s of `envs` copies of the env, stepped in turn with random actions."""
+    from srl.api.components import make_env
     from srl.envs.gym_slot import GymSlot
-    from srl.workers.components import make_env
 
     made = [make_env(env_section) for _ in range(envs)]
     rng = np.random.default_rng(seed)
@@ -61,10 +62,10 @@ def env_rate(env_section: dict[str, Any], envs: int, seconds: float, seed: int, 
 
 def policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedArray]:
     """Spaces and `rows` recorded observations from the experiment's own env."""
+    from srl.api.components import make_env
     from srl.api.env import spaces_of
-    from srl.workers.components import make_env
 
-    env = make_env(config.env.model_dump())
+    env = make_env(config.env)
     obs_space, act_space = spaces_of(env)
     recorded = []
     steps = env.reset(seed=config.seed)
@@ -79,13 +80,13 @@ def policy_inputs(config: ExperimentConfig, rows: int) -> tuple[Any, Any, NamedA
 
 
 def inference_rate(config_data: dict[str, Any], batch: int, seconds: float, queue: Any, device: str = "cpu") -> None:
-    from srl.workers.components import make_policy
+    from srl.api.components import make_policy
     from srl.workers.threads import compute_threads
 
     compute_threads(1)
     config = validate(config_data)
     obs_space, act_space, obs = policy_inputs(config, batch)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
+    policy = make_policy(config.policy, obs_space, act_space, device)
     state = policy.initial_state(batch)
     samples, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -98,15 +99,15 @@ def learner_rate(config_data: dict[str, Any], seconds: float, queue: Any, device
                   threads: int = 1, report_cores: bool = False) -> None:
     """Put the env steps/s the learner absorbs; with `report_cores`, then the cores it kept busy
     (the process's CPU time, all its threads, over the wall time)."""
-    from srl.workers.components import make_algorithm, make_policy
+    from srl.api.components import make_algorithm, make_policy
     from srl.workers.threads import compute_threads
 
     compute_threads(threads)
     config = validate(config_data)
     T = config.actors.trajectory_length
     obs_space, act_space, obs = policy_inputs(config, 512)
-    policy = make_policy(config.policy.model_dump(), obs_space, act_space, device)
-    algorithm = make_algorithm(config.algorithm.model_dump(), policy)
+    policy = make_policy(config.policy, obs_space, act_space, device)
+    algorithm = make_algorithm(config.algorithm, policy)
     # One batch shaped as the trainer sees it: [T + 1, B] with B rows to reach batch_steps.
     B = max(1, -(-config.trainers.batch_steps // T))
     batch = trajectories(policy, obs, T, B)
@@ -146,30 +147,32 @@ def trajectories(policy: Any, obs: NamedArray, T: int, B: int) -> NamedArray:
     return batch
 
 
-def replay_settings(config: ExperimentConfig) -> dict[str, Any] | None:
+def replay_settings(config: ExperimentConfig) -> BufferSettings | None:
     """The settings of the graph's first buffer group, or None when nothing replays."""
-    from srl.api.graph import resolve
+    from srl.api.graph import apply_overrides
+    from srl.graphs import algorithm_graph
 
-    graph = resolve(config).graph
+    graph = apply_overrides(algorithm_graph(config), config.workers)
     buffers = [g for g in graph.groups.values() if g.kind == "buffer"]
     if not buffers:
         return None
-    settings = buffers[0].settings
-    if settings["replay"]["replay_ratio"] is None:
+    settings = BufferSettings.model_validate(buffers[0].settings.model_dump() if not isinstance(
+        buffers[0].settings, dict) else buffers[0].settings)
+    if settings.replay.replay_ratio is None:
         raise ValueError("srl bench: replay.replay_ratio is null, so an update stands for no definite number of "
                          "env steps; bench with a ratio (e.g. replay.replay_ratio=0.25)")
     return settings
 
 
-def replay_batch(settings: dict[str, Any], recorded: NamedArray) -> tuple[NamedArray, float]:
+def replay_batch(settings: BufferSettings, recorded: NamedArray) -> tuple[NamedArray, float]:
     """A batch as the buffer sends it (drawn from a real `ReplayBuffer`), and the env steps it stands for."""
     from srl.workers.buffer import make_buffer
 
-    r = settings["replay"]
+    r = settings.replay
     buffer = make_buffer(settings)
     B = recorded[keys.REWARD].shape[1] // buffer.G * buffer.G  # whole envs
     buffer.insert(recorded[:, :B])
-    return buffer.sample(r["batch_size"], r["updates_per_batch"]), r["updates_per_batch"] / r["replay_ratio"]
+    return buffer.sample(r.batch_size, r.updates_per_batch), r.updates_per_batch / r.replay_ratio
 
 
 # ------------------------------------------------------------------------ measuring processes

@@ -11,7 +11,7 @@ import torch
 
 from conftest import srl_command
 from srl.api.config import dump, validate
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 
 class RunsCodeOnLoad:

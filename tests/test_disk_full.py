@@ -16,7 +16,7 @@ import pytest
 from conftest import srl_command
 
 from srl.launch.run_dir import write_json_atomic
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 FULL = "/dev/full"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import srl_command
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 pytestmark = pytest.mark.integration
 

@@ -121,7 +121,7 @@ def test_bench_measures_a_replay_learner_on_real_buffer_batches_at_the_replay_ra
 
     config = load("cartpole-dqn")
     settings = replay_settings(config)
-    assert settings is not None and settings["unit"] == "transition" and settings["n_step"] == 3
+    assert settings is not None and settings.unit == "transition" and settings.n_step == 3
     assert replay_settings(load("cartpole-ppo")) is None
     policy = _cartpole_policy()
     obs = NamedArray({keys.OBS: np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)})

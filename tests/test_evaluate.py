@@ -11,6 +11,7 @@ name: fake-eval
 seed: 3
 env: {type: fake, args: {n_agents: 2, n_actions: 3, episode_length: 6}}
 policy: {type: actor_critic, args: {hidden: [16]}}
+stop: {env_steps: 1000}
 """
 
 

@@ -11,21 +11,21 @@ import numpy as np
 import pytest
 from conftest import metrics_lines, train_until
 
-from srl.api.config import ConfigError, validate
-from srl.api.graph import resolve
+from srl.api.config import ComponentConfig, ConfigError, EnvConfig, EvaluationConfig, validate
+from srl.prepare import resolve_graph as resolve
 from srl.envs.fake import FakeEnv
 from srl.envs.slots import EnvSlot
 from srl.launch.graph import wire
 from srl.launch.metrics import RunMetrics, StopRules
 from srl.launch.supervision import WorkerState
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 from srl.api.worker import StreamEnd
-from srl.workers.components import make_policy
+from srl.api.components import make_policy
 from srl.workers.evaluator import BestScore, EvalSchedule, Evaluator
 from srl.workers.play import play
 
-ENV = {"type": "fake", "args": {"n_actions": 3, "episode_length": 6}}
-POLICY = {"type": "actor_critic", "args": {"hidden": [16]}}
+ENV = EnvConfig(type="fake", args={"n_actions": 3, "episode_length": 6})
+POLICY = ComponentConfig(type="actor_critic", args={"hidden": [16]})
 
 
 def _config(**sections):
@@ -91,7 +91,7 @@ def test_each_env_plays_its_share_so_short_episodes_are_not_favoured():
 
 
 def test_evaluator_reports_metrics_and_keeps_the_best_weights_with_their_score(tmp_path):
-    settings = {"envs": 2, "episodes": 4, "deterministic": True, "every_s": 1.0, "every_versions": None}
+    settings = EvaluationConfig(count=1, envs=2, episodes=4, deterministic=True, every_s=1.0, every_versions=None)
     evaluator = Evaluator(ENV, POLICY, settings, tmp_path, seed=7)
     trained = make_policy(POLICY, *evaluator.slot.spaces)
     assert not evaluator.due(0.0)  # nothing held yet
@@ -126,7 +126,7 @@ def test_evaluation_adds_an_eval_group_reading_parameters(algorithm):
     config = _config(algorithm={"type": algorithm}, evaluation={"count": 1, "episodes": 3})
     graph = resolve(config)
     group = graph.graph.groups["eval"]
-    assert group.kind == "eval" and group.placement.nice == 10 and group.settings["evaluation"]["episodes"] == 3
+    assert group.kind == "eval" and group.placement.nice == 10 and group.settings.evaluation.episodes == 3
     assert "eval" in graph.describe()["streams"]["parameters"]["consumers"]
     specs = {s.name: s for s in wire(graph, "auto", lambda name: "h", seed=1, run_dir="/tmp/x",
                                      control=StreamEnd("control", "shm"))}

@@ -16,15 +16,15 @@ import pytest
 import torch
 import yaml
 
-from srl.api.config import read_config_file
+from srl.api.components import make_env, make_policy
+from srl.api.config import read_config_file, run_config
 from srl.api.env import spaces_of
 from srl.cli import main
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.evaluate import policy_for
 from srl.export import SIGNATURE_FILE, export
-from srl.workers import checkpoint
-from srl.workers.components import make_env, make_policy
+from srl.learn import checkpoint
 
 ort = pytest.importorskip("onnxruntime")
 # Loading TorchScript is what users of the file do, deprecated or not.
@@ -43,7 +43,7 @@ def has_mujoco() -> bool:
 
 def gym_config(env_id: str, **policy_args: Any) -> dict[str, Any]:
     return {"name": "export-test", "seed": 1, "env": {"type": "gym", "id": env_id},
-            "policy": {"type": "actor_critic", "args": policy_args}}
+            "policy": {"type": "actor_critic", "args": policy_args}, "stop": {"env_steps": 1}}
 
 
 def record_observations(env_config: dict[str, Any], rows: int = ROWS, seed: int = 0) -> NamedArray:
@@ -84,8 +84,8 @@ def make_run(tmp_path, config: dict[str, Any], obs: NamedArray):
 def reference_actions(run, obs: NamedArray, steps: int = 1) -> np.ndarray:
     """The checkpoint's policy, `rollout(deterministic=True)` on `obs` split into `steps` steps
     of equal batches (its RNN state carried between them); Box actions clipped as the env does."""
-    config = read_config_file(str(run / "config.yaml"))
-    env = make_env(config["env"])
+    config = run_config(run)
+    env = make_env(config.env)
     spaces = spaces_of(env)
     env.close()
     policy, _ = policy_for("latest", run, config, spaces)

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from srl.api.config import ConfigError, SupervisionConfig, validate
-from srl.api.graph import resolve
+from srl.prepare import resolve_graph as resolve
 from srl.api.worker import Port, Supervision
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
@@ -81,8 +81,8 @@ def test_a_groups_placement_can_ask_for_the_idle_cpu_policy():
 
 def test_a_settings_override_merges_nested_sections_key_by_key():
     config = _config(workers={"trainer": {"settings": {"trainers": {"batch_steps": 512}}}})
-    trainers = resolve(config).graph.groups["trainer"].settings["trainers"]
-    assert trainers["batch_steps"] == 512 and trainers["max_staleness"] == config.trainers.max_staleness
+    trainers = resolve(config).graph.groups["trainer"].settings.trainers
+    assert trainers.batch_steps == 512 and trainers.max_staleness == config.trainers.max_staleness
 
 
 @pytest.mark.parametrize("workers, message", [
@@ -116,7 +116,7 @@ def test_a_kinds_own_config_validates_its_groups_settings():
     try:
         ok = resolve(_config(workers={"w": {"kind": "tests.test_graph:Strict", "settings": {"every": 3},
                                             "streams": {"parameters": "parameters"}}}))
-        assert ok.graph.groups["w"].settings == {"every": 3}
+        assert ok.graph.groups["w"].settings == Strict.Config(every=3)
         with pytest.raises(ConfigError, match="workers.w.settings.every"):
             resolve(_config(workers={"w": {"kind": "tests.test_graph:Strict", "settings": {"every": "x"},
                                            "streams": {"parameters": "parameters"}}}))

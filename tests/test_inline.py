@@ -13,6 +13,7 @@ import pytest
 
 from srl.api.config import ConfigError, apply_overrides, read_config_file, validate
 from srl.launch.controller import Controller
+from srl.prepare import resolve_graph
 
 HERE = Path(__file__).parent
 
@@ -61,7 +62,7 @@ def test_a_breakpoint_in_an_env_stops_the_run_there(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE / "user_code"))
     config = _config("cartpole-ppo", "env.id=breakpoint_env:BreakingCartPole", "actors.envs_per_slot=2",
                      "actors.count=1", "trainers.batch_steps=256", "stop.env_steps=600", "stop.episode_return=null")
-    summary = Controller(config, tmp_path / "run").run()
+    summary = Controller(config, resolve_graph(config), tmp_path / "run").run()
     assert summary["stop_reason"].startswith("env_steps"), summary
     assert stops, "the env's breakpoint() was never reached"
     thread, frames, threads = stops[0]
@@ -79,8 +80,8 @@ def test_inline_makes_no_shared_memory_segment(tmp_path, monkeypatch):
         raise AssertionError("an inline run made a shared-memory segment")
 
     monkeypatch.setattr(shm.Segment, "create", refuse)
-    summary = Controller(_config("cartpole-ppo", "stop.env_steps=3000", "stop.episode_return=null"),
-                         tmp_path / "run").run()
+    config = _config("cartpole-ppo", "stop.env_steps=3000", "stop.episode_return=null")
+    summary = Controller(config, resolve_graph(config), tmp_path / "run").run()
     assert summary["env_steps"] >= 3000 and summary["policy_version"] >= 1 and "errors" not in summary, summary
 
 

@@ -15,17 +15,22 @@ ALLOWED = {
     "data": set(),
     "api": {"data"},
     "models": {"api", "data"},
-    "algorithms": {"api", "data", "replay"},
+    # An algorithm names the graph it trains in: the builders (graphs) know only api.
+    "algorithms": {"api", "data", "replay", "graphs"},
+    "graphs": {"api"},
+    # What a trainer does without the worker: the batcher, the learner, checkpoints.
+    "learn": {"api", "data"},
     "envs": {"api", "data"},
     "streams": {"api", "data"},
     "replay": {"data"},
     # Self-play's pure parts (the pool store, opponent selection, ratings, games): below workers.
     "league": {"api", "data"},
-    "workers": {"api", "data", "streams", "envs", "replay", "league"},
-    "launch": {"api", "data", "streams", "workers"},
+    "workers": {"api", "data", "streams", "envs", "replay", "league", "learn"},
+    # Run modes (launch.modes) add groups to the algorithms' graphs.
+    "launch": {"api", "data", "streams", "workers", "graphs", "learn"},
     # The user's view of runs reads run directories: of launch, only the run directory's layout
     # (test_report_reads_only_the_run_directory_of_launch).
-    "report": {"api", "data", "launch"},
+    "report": {"api", "data", "launch", "learn"},
 }
 
 

@@ -10,7 +10,7 @@ pettingzoo = pytest.importorskip("pettingzoo", reason="needs the pettingzoo extr
 
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.pettingzoo import PettingZooEnv  # noqa: E402
-from srl.workers.components import make_env  # noqa: E402
+from srl.api.components import make_env  # noqa: E402
 from srl.envs.slots import EnvSlot, SlotStep  # noqa: E402
 
 #: Mean return of the uniformly random policy on simple_spread (N=3, max_cycles=25, local_ratio

@@ -14,7 +14,7 @@ import yaml
 from srl.api import config as cfg
 from srl.api.agents import AgentRouter
 from srl.api.config import ConfigError
-from srl.api.graph import resolve
+from srl.prepare import resolve_graph as resolve
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from srl.api.config import ConfigError, load
-from srl.api.graph import POPULATION_GROUP, member_dir, resolve
+from srl.api.run_paths import RunPaths
+from srl.launch.modes.population import POPULATION_GROUP
+from srl.prepare import resolve_graph as resolve
 from srl.api.worker import Supervision
 from srl.launch.graph import wire
-from srl.launch.population import Population
+from srl.launch.modes.population import Population
 from srl.launch.supervision import WorkerState
 from srl.api.worker import CONTROL_KEY, StreamEnd
 from srl.workers.population import PBT, Member
@@ -99,12 +101,13 @@ def test_each_member_is_the_experiment_graph_with_its_own_names_directory_and_va
     groups = graph.graph.groups
     assert set(groups) == {f"m{i}.{g}" for i in range(4) for g in ("trainer", "actor")} | {POPULATION_GROUP}
     assert groups["m2.actor"].streams == {"samples": "m2.samples", "parameters": "m2.parameters"}
-    assert [groups[f"m{i}.trainer"].settings["algorithm"]["args"]["lr"] for i in range(4)] == [1e-5, 1e-4, 3e-4, 1e-3]
+    assert [groups[f"m{i}.trainer"].settings.algorithm.args["lr"] for i in range(4)] == [1e-5, 1e-4, 3e-4, 1e-3]
     by_name = {s.name: s for s in specs}
-    assert by_name["m1.trainer.0"].run_dir == str(member_dir(tmp_path, "m1"))
+    assert by_name["m1.trainer.0"].run_dir == str(RunPaths(tmp_path).member("m1").root)
     assert by_name["m1.actor.1"].streams["samples"].key == "m1.samples/0"
     assert by_name["population.0"].run_dir == str(tmp_path)
-    assert graph.describe()["members"] == ["m0", "m1", "m2", "m3"]
+    assert {g["home"] for name, g in graph.describe()["groups"].items() if name != POPULATION_GROUP} == {
+        f"members/m{i}" for i in range(4)}
     # The baseline: the same members, no manager.
     baseline, _ = _specs(_population_config("population.exploit=false"), str(tmp_path))
     assert POPULATION_GROUP not in baseline.graph.groups and len(baseline.graph.groups) == 8
@@ -117,7 +120,7 @@ def _state(spec) -> WorkerState:
 def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it_names(tmp_path):
     config = _population_config("population.size=2", "population.hyperparameters.lr.values=[0.001, 0.002]")
     graph, specs = _specs(config, str(tmp_path))
-    population = Population(config, graph, tmp_path)
+    population = Population(config, graph, RunPaths(tmp_path), resume=False)
     try:
         workers = {s.name: _state(s) for s in specs}
         everyone = list(workers.values())
@@ -157,21 +160,21 @@ def test_the_controller_hands_each_command_once_to_the_trainers_of_the_member_it
         assert view["m0"]["env_steps"] == 0 and view["m0"]["episode_return_mean"] is None
         assert population.answer(trainer1, everyone)["env_steps"] == 512  # its member's, for its checkpoints
         # Each member stops on its own numbers; the population once all have.
-        assert population.stop_reason(everyone, 1.0) is None
+        assert population.stop_reason(None, everyone, 1.0) is None
         budget = config.stop.env_steps
         population.take(workers["m0.actor.0"], {"env_steps": budget}, everyone)
-        assert population.stop_reason(everyone, 1.5) is None  # m1 has not met it yet
+        assert population.stop_reason(None, everyone, 1.5) is None  # m1 has not met it yet
         population.take(actor1, {"env_steps": budget}, everyone)
-        assert population.stop_reason(everyone, 2.0).startswith("every member: m0 env_steps reached")
+        assert population.stop_reason(None, everyone, 2.0).startswith("every member: m0 env_steps reached")
     finally:
-        population.close(population.rows(list(workers.values())))
+        population.close(population.summary(list(workers.values())))
 
 
 @pytest.mark.parametrize("algorithm_type,policy_type,other", [("ppo", "actor_critic", {"clip": 0.1}),
                                                              ("dqn", "q_network", {"gamma": 0.9})])
 def test_an_algorithm_takes_new_hyperparameters_live(algorithm_type, policy_type, other):
     from srl.api.env import spaces_of
-    from srl.workers.components import make_algorithm, make_env, make_policy
+    from srl.api.components import make_algorithm, make_env, make_policy
 
     env = make_env({"type": "gym", "id": "CartPole-v1"})
     policy = make_policy({"type": policy_type, "args": {"hidden": [8]}}, *spaces_of(env))
@@ -205,7 +208,7 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
     # the source's learning rate, explored
     assert first["hyperparameters"]["lr"] / starts[first["copied"]] in (pytest.approx(0.8), pytest.approx(1.25))
     member, source = first["member"], first["copied"]
-    trainer_log = (member_dir(run_dir, member) / "logs" / f"{member}.trainer.0.log").read_text()
+    trainer_log = (RunPaths(run_dir).member(member).root / "logs" / f"{member}.trainer.0.log").read_text()
     assert f"{run_dir}/members/{source}/checkpoints/{first['checkpoint']}" in trainer_log
     summary = json.loads((run_dir / "summary.json").read_text())
     members_now = {m["member"]: m for m in summary["members"]}
@@ -214,9 +217,9 @@ def test_a_small_population_copies_and_explores(run_srl, tmp_path):
     # changed live, and reported back by the trainer
     assert now[member] == pytest.approx(last["hyperparameters"]["lr"]) and now[member] != starts[member]
     for m in ("m0", "m1"):
-        assert (member_dir(run_dir, m) / "metrics.jsonl").read_text().strip()
-        assert json.loads((member_dir(run_dir, m) / "summary.json").read_text()) == members_now[m]
-        assert list((member_dir(run_dir, m) / "checkpoints").glob("ckpt-*.pt"))
+        assert (RunPaths(run_dir).member(m).root / "metrics.jsonl").read_text().strip()
+        assert json.loads((RunPaths(run_dir).member(m).root / "summary.json").read_text()) == members_now[m]
+        assert list((RunPaths(run_dir).member(m).root / "checkpoints").glob("ckpt-*.pt"))
     status = json.loads((run_dir / "status.json").read_text())
     assert [m["member"] for m in status["population"]] == ["m0", "m1"]
     assert sum(m["copies"] for m in status["population"]) == len(copies)

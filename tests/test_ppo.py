@@ -14,7 +14,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import ActorCriticPolicy
 from srl.models.encoders import ENCODERS
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 OBS_SPACE = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (4,), np.float32), "extra": gym.spaces.Box(-1, 1, (2, 3), np.float32)})
 SPACES = {

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from srl.api.config import ConfigError, validate
-from srl.api.graph import resolve
+from srl.prepare import resolve_graph as resolve
 from srl.api.worker import Supervision
 from srl.data.named_array import NamedArray
 from srl.launch.graph import wire

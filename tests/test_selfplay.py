@@ -13,7 +13,7 @@ from conftest import metrics_lines, run_workers, train_until
 
 from srl.api.config import ConfigError, validate
 from srl.api.env import AgentStep
-from srl.api.graph import resolve
+from srl.prepare import resolve_graph as resolve
 from srl.api.policy import Analysis, Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -26,14 +26,15 @@ from srl.api.run_paths import RunPaths
 from srl.league.pool import Entry, Pool
 from srl.league.rating import Rating, Ratings
 from srl.streams.inference import InlineInference
-from srl.workers import checkpoint
-from srl.workers.components import make_policy
+from srl.learn import checkpoint
+from srl.api.components import make_policy
+from srl.api.config import EnvConfig, SelfPlayConfig
 from srl.workers.league import INITIAL, League
 from srl.workers.opponents import SelfPlay
 
-SELF_PLAY = {"learner": ["player_0"], "opponent": "uniform", "pfsp_weighting": "hard", "pfsp_exponent": 2.0,
-             "win_rate_matches": 5, "opponent_episodes": 1.0, "snapshot_every_versions": 2, "pool_size": 3,
-             "every_s": 0.0, "opponents_per_round": 3, "episodes": 8, "envs": 4, "deterministic": False}
+SELF_PLAY = SelfPlayConfig(learner=["player_0"], opponent="uniform", pfsp_weighting="hard", pfsp_exponent=2.0,
+                           win_rate_matches=5, opponent_episodes=1.0, snapshot_every_versions=2, pool_size=3,
+                           every_s=0.01, opponents_per_round=3, episodes=8, envs=4, deterministic=False)
 
 
 # ---------------------------------------------------------------------------- the pool store
@@ -285,7 +286,7 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
     envs = [FakeEnv(n_agents=3, n_actions=5, episode_length=4) for _ in range(2)]
     slot = EnvSlot(envs, [0, 1])
     pool = Pool(RunPaths(tmp_path).pool)
-    settings = {**SELF_PLAY, "learner": ["agent_0", "agent_2"], "opponent": "latest", "opponent_episodes": 1.0}
+    settings = SELF_PLAY.model_copy(update={"learner": ["agent_0", "agent_2"], "opponent": "latest", "opponent_episodes": 1.0})
     self_play = SelfPlay(settings, [slot], pool, lambda: ConstantPolicy(), np.random.default_rng(0))
     learner = ConstantPolicy(c=1)
     learner.version = 7
@@ -324,10 +325,10 @@ def test_a_pruned_version_is_skipped(tmp_path):
     gone = _freeze(pool, c=2, version=0)
     gone.path.unlink()
     slot = EnvSlot([FakeEnv(n_agents=2)], [0])
-    self_play = SelfPlay({**SELF_PLAY, "learner": ["agent_0"]}, [slot], pool, ConstantPolicy,
+    self_play = SelfPlay(SELF_PLAY.model_copy(update={"learner": ["agent_0"]}), [slot], pool, ConstantPolicy,
                          np.random.default_rng(0))
     assert self_play.current() is None
-    two_slots = SelfPlay({**SELF_PLAY, "learner": ["agent_0"]}, [slot, EnvSlot([FakeEnv(n_agents=2)] * 3, [0] * 3)],
+    two_slots = SelfPlay(SELF_PLAY.model_copy(update={"learner": ["agent_0"]}), [slot, EnvSlot([FakeEnv(n_agents=2)] * 3, [0] * 3)],
                          pool, ConstantPolicy, np.random.default_rng(0))
     assert two_slots.envs == 4  # a draw is due after episodes of all the actor's envs
     _freeze(pool, c=4, version=5)
@@ -338,7 +339,7 @@ def test_a_pruned_version_is_skipped(tmp_path):
 # ---------------------------------------------------------------------------- the league
 def test_league_freezes_versions_and_rates_the_newest_against_them(tmp_path):
     policy = {"type": "actor_critic", "args": {"hidden": [16]}}
-    league = League({"type": "duel"}, policy, SELF_PLAY, tmp_path, seed=0)
+    league = League(EnvConfig(type="duel"), policy, SELF_PLAY, tmp_path, seed=0)
     trained = make_policy(policy, DuelEnv().observation_space("player_0"), DuelEnv().action_space("player_0"))
     assert not league.snapshot_due()  # nothing held yet
     for version in range(7):
@@ -360,7 +361,7 @@ def test_league_freezes_versions_and_rates_the_newest_against_them(tmp_path):
     assert all(e.games == 8 for e in pool.entries())
     saved = pool.state("player_rating")
     assert saved["mu"] == metrics["selfplay_rating_mu"] and saved["version"] == 6
-    again = League({"type": "duel"}, policy, SELF_PLAY, tmp_path, seed=0)  # a restarted league goes on
+    again = League(EnvConfig(type="duel"), policy, SELF_PLAY, tmp_path, seed=0)  # a restarted league goes on
     assert again.rating.mu == metrics["selfplay_rating_mu"] and again.snapshot_version == 6
     league.close()
     again.close()
@@ -375,10 +376,10 @@ def _config(**self_play):
 def test_self_play_adds_a_league_and_tells_the_actors():
     graph = resolve(_config(opponent="uniform")).graph
     assert graph.groups["league"].kind == "league" and graph.groups["league"].streams == {"parameters": "parameters"}
-    assert graph.groups["actor"].settings["self_play"]["opponent"] == "uniform"
-    assert graph.groups["league"].settings["self_play"]["learner"] == ["player_0"]
+    assert graph.groups["actor"].settings.self_play.opponent == "uniform"
+    assert graph.groups["league"].settings.self_play.learner == ["player_0"]
     plain = resolve(validate({"name": "t", "env": {"type": "duel"}, "stop": {"env_steps": 1000}})).graph
-    assert "league" not in plain.groups and "self_play" not in plain.groups["actor"].settings
+    assert "league" not in plain.groups and plain.groups["actor"].settings.self_play is None
 
 
 @pytest.mark.parametrize("bad,message", [

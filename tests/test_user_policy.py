@@ -24,7 +24,7 @@ from srl.data.named_array import NamedArray
 from srl.envs.gym import GymEnv
 from srl.envs.slot_builder import make_slots
 from srl.streams.inference import serve
-from srl.workers.components import make_algorithm
+from srl.api.components import make_algorithm
 from srl.workers.env_ring import EnvRing
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

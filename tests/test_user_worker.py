@@ -1,6 +1,7 @@
 """A worker kind written outside srl, named by import path in a config, in a real run.
 
-The kind is `examples/user_worker/weight_watcher.py`; the config is the example beside it.
+The kinds are `examples/user_worker/weight_watcher.py` (with the config beside it) and
+`examples/user_worker/greedy_player.py`.
 Nothing is registered: the run finds the class through PYTHONPATH, as a user's would.
 """
 
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import kill_run, srl_command, wait_for
 
@@ -27,8 +29,12 @@ def _status(run_dir: Path) -> dict:
         return {}
 
 
+def _worker(run_dir: Path, name: str) -> dict | None:
+    return next((w for w in _status(run_dir).get("workers", []) if w["name"] == name), None)
+
+
 def _watcher(run_dir: Path) -> dict | None:
-    return next((w for w in _status(run_dir).get("workers", []) if w["name"] == "watcher.0"), None)
+    return _worker(run_dir, "watcher.0")
 
 
 def test_a_users_worker_kind_runs_reports_and_is_restarted_when_killed(tmp_path):
@@ -77,3 +83,32 @@ def test_a_bad_setting_of_a_users_kind_is_one_config_error_before_launch(run_srl
     assert result.returncode == 2, result.stderr
     assert "workers.watcher.settings.log_every" in result.stderr
     assert not (tmp_path / "r" / "status.json").exists()
+
+
+GREEDY = ["workers.greedy.kind=user_worker.greedy_player:GreedyPlayer", "workers.greedy.settings.every_versions=8",
+          "workers.greedy.settings.episodes=1",
+          "workers.greedy.streams.parameters=parameters"]
+
+
+def test_a_users_worker_kind_plays_greedy_episodes_of_the_runs_env_with_the_runs_policy(tmp_path):
+    """`examples/user_worker/greedy_player.py`, written from docs/graph.md alone: its settings name
+    the run's `env` and `policy` sections and get them; it follows the trained versions, and the
+    greedy return it reports rises with them (an untrained CartPole policy lasts ~10-40 steps)."""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=inline", "log.tensorboard=false",
+                    "stop.episode_return=300",
+                    *GREEDY),
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLES)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("episode_return"), summary
+    greedy = _worker(run_dir, "greedy.0")["stats"]
+    assert greedy["greedy_rounds"] >= 3 and greedy["greedy_version"] >= 3, greedy
+    assert greedy["greedy_return_mean"] >= 150, greedy
+    log_lines = (run_dir / "logs" / "greedy.0.log").read_text().splitlines()
+    first = float(next(line for line in log_lines if "greedy return" in line).split("greedy return ")[1].split()[0])
+    assert first < greedy["greedy_return_mean"], (first, greedy)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["workers"]["greedy"]["settings"] == {"every_versions": 8, "episodes": 1}  # env and policy: the run's own, not copied

@@ -143,7 +143,7 @@ def test_last_words_name_the_main_threads_innermost_frame_and_the_last_real_log_
 
 def test_a_progress_window_for_a_group_the_graph_lacks_is_a_config_error():
     from srl.api.config import ConfigError
-    from srl.api.graph import resolve
+    from srl.prepare import resolve_graph as resolve
 
     with pytest.raises(ConfigError, match=r"progress_timeout_by_group: no group 'trainers' .*trainer"):
         resolve(_config(supervision={"progress_timeout_by_group": {"trainers": 600}}))

@@ -17,14 +17,12 @@ is replaced like any worker (its kind keeps the default supervision: restart it 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import numpy as np
 import pydantic
 
 from srl.api.worker import Port
-from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 
 log = logging.getLogger(__name__)
@@ -43,15 +41,14 @@ class WeightWatcher(Worker):
         log_every: pydantic.PositiveInt = 10
 
     def setup(self) -> None:
-        end = self.spec.streams["parameters"]
-        self.params = open_subscriber(self.ctx, end.key, end.transport)
-        self.log_every = self.spec.settings["log_every"]
+        self.params = self.subscribe("parameters")
+        self.log_every = self.settings.log_every  # settings: an instance of `Config`
         self.version, self.weight_norm, self.versions_seen = -1, 0.0, 0
 
     def poll(self) -> None:
         got = self.params.poll()
         if got is None:
-            time.sleep(0.01)  # a new version arrives a few times a second at most
+            self.pause(0.01)  # a new version arrives a few times a second at most
             return
         self.version, weights, _ = got
         self.weight_norm = float(np.sqrt(sum(np.square(leaf, dtype=np.float64).sum()

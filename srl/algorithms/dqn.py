@@ -27,10 +27,11 @@ from torch.nn import functional as F
 from srl.algorithms.ppo import clip_grad_norm, training_device
 from srl.api.algorithm import Algorithm, AlgorithmConfig
 from srl.api.config import ExperimentConfig
-from srl.api.graph import Graph, replay_graph
+from srl.api.graph import Graph
 from srl.api.policy import Policy, ValuePolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray, stack
+from srl.graphs.replay import replay_graph
 
 
 class DQNConfig(AlgorithmConfig):

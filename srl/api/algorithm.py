@@ -18,7 +18,7 @@ import numpy as np
 import pydantic
 
 from srl.api.config import ExperimentConfig
-from srl.api.graph import Graph, on_policy_graph
+from srl.api.graph import Graph
 from srl.api.policy import Policy
 from srl.data.named_array import NamedArray
 
@@ -36,12 +36,11 @@ class Algorithm(ABC):
     corrects_staleness: ClassVar[bool] = False
 
     @classmethod
-    def graph(cls, config: ExperimentConfig) -> Graph:
-        """The worker graph this algorithm trains in; the config's `workers:` section changes it.
-
-        Most algorithms learn from actors' trajectories and send parameters back (the default).
-        """
-        return on_policy_graph(config)
+    def graph(cls, config: ExperimentConfig) -> Graph | None:
+        """The worker graph this algorithm trains in (`srl.graphs`); the config's `workers:` section
+        changes it. None, the default: the on-policy graph (actors' trajectories in, parameters
+        back), which most algorithms learn in."""
+        return None
 
     def __init__(self, policy: Policy, config: AlgorithmConfig) -> None:
         self.policy = policy

@@ -18,6 +18,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from srl.api.run_paths import RunPaths
+
 
 class ConfigError(ValueError):
     """One line naming the field that is wrong and why."""
@@ -661,3 +663,13 @@ def load(name_or_path: str, overrides: list[str] | None = None) -> ExperimentCon
 
 def dump(config: ExperimentConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The config a run directory holds (`config.yaml`, every default filled in when the run
+    started), validated as an experiment. Its components' classes are not imported here: a reader
+    that builds one (`make_policy`) checks its args then, and one that builds none needs none."""
+    path = RunPaths(run_dir).config
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {path.name})")
+    return validate_structure(read_config_file(str(path)))

@@ -14,23 +14,12 @@ result is validated against the model again before anything starts.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import PositiveInt
 
-from srl.api.config import (
-    ActorsConfig,
-    CheckpointConfig,
-    ComponentConfig,
-    EnvConfig,
-    EvaluationConfig,
-    PopulationConfig,
-    ReplayConfig,
-    Section,
-    SelfPlayConfig,
-    StreamsConfig,
-    TrainersConfig,
-)
+from srl.api.config import (ActorsConfig, CheckpointConfig, ComponentConfig, EnvConfig, EvaluationConfig,
+                            PopulationConfig, ReplayConfig, Section, SelfPlayConfig, StreamsConfig, TrainersConfig)
 
 
 class Acting(Section):
@@ -42,6 +31,20 @@ class Acting(Section):
     #: Several policies by name, and the agents each acts for (empty with one policy).
     policies: dict[str, ComponentConfig] = {}
     agents: dict[str, list[str]] = {}
+
+    def for_policy(self, name: str, agents: list[str]) -> Self:
+        """Told that its one policy is policy `name` of several, acting for `agents`."""
+        return self.model_copy(update={"agents": {name: agents}})
+
+    def joining(self, name: str, policy: ComponentConfig, agents: list[str]) -> Self:
+        """With policy `name` served too (a group serving several policies through keyed ports)."""
+        return self.model_copy(update={"policy": None, "policies": {**self.policies, name: policy},
+                                       "agents": {**self.agents, name: agents}})
+
+    def agent(self, name: str = "") -> str | None:
+        """An agent the policy acts for (None: one policy for every agent): its spaces are the policy's."""
+        agents = self.agents.get(name) if name else next(iter(self.agents.values()), None)
+        return agents[0] if agents else None
 
 
 class ActorSettings(Acting):
@@ -71,6 +74,9 @@ class TrainerSettings(Section):
     #: With several policies: the one this group trains, and its agents (their spaces are its own).
     policy_name: str | None = None
     agents: list[str] = []
+
+    def for_policy(self, name: str, agents: list[str]) -> Self:
+        return self.model_copy(update={"policy_name": name, "agents": agents})
 
 
 class BufferSettings(Section):

@@ -28,22 +28,23 @@ from typing import Any
 import yaml
 
 from srl.api.config import ConfigError, ExperimentConfig, dump
-from srl.api.graph import resolve
+from srl.api.graph import ResolvedGraph
 from srl.api.registry import WORKERS
+from srl.api.run_paths import RunPaths
 from srl.api.worker import CONTROL_KEY, StreamEnd
 from srl.launch import tracking
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
 from srl.launch.metrics import RunMetrics, StopRule, StopRules, policy_version
-from srl.launch.population import Population
 from srl.launch.run_dir import RunDir, RunLock, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
+from srl.launch.modes import active_modes
 from srl.streams import shm
 from srl.streams.context import ContextSpec
 from srl.streams.link import LinkServer, StreamContext, allow_many_connections
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +57,36 @@ MESSAGES_PER_TURN = 1000
 CHECK_EVERY_S = 0.1
 
 
+def make_launcher(config: ExperimentConfig, run_id: str) -> Launcher:
+    """The launcher the config's `launcher:` names."""
+    if config.launcher == "ray":
+        from srl.launch.ray_launcher import RayLauncher
+
+        return RayLauncher(config.ray.address, run_id)
+    if config.launcher == "inline":
+        from srl.launch.inline import InlineLauncher
+
+        return InlineLauncher()
+    return LocalLauncher()
+
+
 class Controller:
-    def __init__(self, config: ExperimentConfig, run_dir: str | Path, resume: bool = False,
+    """Runs the worker graph `graph` of `config` (both as `srl.prepare` gives them) in `run_dir`,
+    to its stop rule. It resolves nothing itself."""
+
+    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, run_dir: str | Path, resume: bool = False,
                  launcher: Launcher | None = None, stop_rules: StopRule | None = None) -> None:
         self.config = config
-        self.graph = resolve(config)
+        self.graph = graph
         self.lock = RunLock(run_dir)  # first: a live run's directory is not touched
         self.run_dir = RunDir(run_dir, config.log.tensorboard,
                               tracking.start(config.log.wandb, run_dir, config.model_dump(mode="json")))
         self.run_dir.write_config(dump(config))
         self.run_dir.write_graph(yaml.safe_dump(self.graph.describe(), sort_keys=False))
         self.resume = resume
+        self.paths = self.run_dir.paths
         self.run_id = secrets.token_hex(4)
-        if launcher is None and config.launcher == "ray":
-            from srl.launch.ray_launcher import RayLauncher
-
-            launcher = RayLauncher(config.ray.address, self.run_id)
-        elif launcher is None and config.launcher == "inline":
-            from srl.launch.inline import InlineLauncher
-
-            launcher = InlineLauncher()
-        self.launcher: Launcher = launcher or LocalLauncher()
+        self.launcher: Launcher = launcher or make_launcher(config, self.run_id)
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
         context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
                               self.private_dir, caps=config.streams.max_message_mb.in_bytes())
@@ -85,9 +95,8 @@ class Controller:
         #: When the run stops: the config's `stop:` unless the caller has a rule of its own
         #: (`srl bench` measures a window that opens when the env steps flow).
         self.stop_rules: StopRule = stop_rules or StopRules(config.stop)
-        #: A population's members (None: one experiment).
-        self.population = (Population(config, self.graph, self.run_dir.path, resume)
-                           if config.population else None)
+        #: The run modes the config asks for (evaluation, self-play, a population): their hooks.
+        self.modes = [mode(config, self.graph, self.paths, resume) for mode in active_modes(config)]
         self.supervisor = Supervisor(self.launcher, self.context, config.supervision, self._log_tail,
                                      on_replaced=self._retire)
         self.stop_reason = ""
@@ -118,8 +127,8 @@ class Controller:
             if self.resume:
                 self._clean_after_previous_run()
                 # With several policies, each has its checkpoints in a directory of its own.
-                directories = [self.run_dir.path / "checkpoints" / p for p in self.config.policies]
-                paths = [checkpoint.latest(d) for d in directories or [self.run_dir.path / "checkpoints"]]
+                directories = [self.paths.checkpoints(p) for p in self.config.policies] or [self.paths.checkpoints()]
+                paths = [checkpoint.latest(d) for d in directories]
                 steps = [int(checkpoint.info(path).get("env_steps", 0)) for path in paths if path is not None]
                 self.metrics.env_steps_at_start = max(steps, default=0)
             try:
@@ -177,13 +186,13 @@ class Controller:
 
     def _retire(self, worker: WorkerState) -> None:
         self.metrics.retire(worker)
-        if self.population is not None:
-            self.population.retire(worker)
+        for mode in self.modes:
+            mode.retire(worker)
 
     def _log_path(self, name: str) -> Path:
-        """Where a worker's log lives (a population member's workers log in the member's directory)."""
+        """Where a worker's log lives (in its group's home: a population member's directory)."""
         worker = self.workers.get(name)
-        return Path(worker.spec.run_dir if worker else self.run_dir.path) / "logs" / f"{name}.log"
+        return (RunPaths(worker.spec.run_dir) if worker else self.paths).log(name)
 
     def _log_tail(self, name: str, lines: int = 80) -> str:
         path = self._log_path(name)
@@ -231,15 +240,16 @@ class Controller:
             wait_ms = 0
 
     def _stop_rule(self, elapsed: float) -> str | None:
-        if self.population is not None:  # each member's own numbers against `stop:`
-            return self.population.stop_reason(list(self.workers.values()), elapsed)
-        return self.stop_rules.reason(self.metrics, self.env_steps_seen, elapsed)
+        reason = self.stop_rules.reason(self.metrics, self.env_steps_seen, elapsed)
+        for mode in self.modes:  # a mode may have a rule of its own (a population: every member's)
+            reason = mode.stop_reason(reason, list(self.workers.values()), elapsed)
+        return reason
 
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason
         self.metrics.freeze()
-        for metrics in self.population.metrics.values() if self.population is not None else ():
-            metrics.freeze()
+        for mode in self.modes:
+            mode.freeze()
 
     def _handle(self, message: Any) -> None:
         """One message on the control link: a heartbeat, a goodbye or an error report."""
@@ -257,15 +267,15 @@ class Controller:
             self._write(f"logs/{worker.spec.name}.log", append)
         if event in ("heartbeat", "exit"):
             stats = meta.get("stats") or {}
-            if self.population is not None:
-                self.population.take(worker, stats, list(self.workers.values()))
+            for mode in self.modes:
+                mode.take(worker, stats, list(self.workers.values()))
             self.metrics.take(worker, stats)
             if event == "heartbeat":
                 self.supervisor.heard_from(worker, meta, message.client, now)
                 command = "stop" if self.stop_reason else "ok"
                 info = {"env_steps": self.env_steps_seen, "heartbeat_s": self.supervisor.heartbeat_s}
-                if self.population is not None:
-                    info.update(self.population.answer(worker, list(self.workers.values())))
+                for mode in self.modes:
+                    info.update(mode.answer(worker, list(self.workers.values())))
                 self.control.send(message.client, 0, {"command": command, "info": info})
             else:
                 worker.last_heartbeat, worker.client = now, message.client
@@ -284,10 +294,9 @@ class Controller:
         fps = (steps - last[1]) / max(now - last[0], 1e-9)
         record = self.metrics.record(list(self.workers.values()), now - self.started, fps)
         self._write("metrics.jsonl", lambda: self.run_dir.log_metrics(record))
-        if self.population is not None:
-            population = self.population
-            self._write("members' metrics.jsonl", lambda: population.report(list(self.workers.values()),
-                                                                             now - self.started))
+        for mode in self.modes:
+            self._write(f"the {type(mode).__name__.lower()}'s reports",
+                        lambda mode=mode: mode.report(list(self.workers.values()), now - self.started))
         self._progress.show(record)
         # A worker's row changes with its heartbeats: a large run, whose workers beat seldom,
         # rewrites its status (a row per worker) as seldom.
@@ -299,8 +308,8 @@ class Controller:
     def _write_status(self, state: str, now: float) -> None:
         document = status_document(self.run_id, state, self.launcher.name, self.private_dir, self.env_steps,
                                    self.graph.describe(), list(self.workers.values()), now)
-        if self.population is not None:
-            document["population"] = self.population.rows(list(self.workers.values()))
+        for mode in self.modes:
+            document.update(mode.status(list(self.workers.values())))
         self._write("status.json", lambda: self.run_dir.write_status(document))
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
@@ -362,9 +371,10 @@ class Controller:
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
                         **({"env": self.metrics.env_stats()} if self.metrics.episode_stats else {}),
                         **self.metrics.policy_return_means(), **self.metrics.reported}
-        if self.population is not None:
-            self.summary["members"] = self.population.rows(workers)
-            self.population.close(self.summary["members"])
+        for mode in self.modes:
+            self.summary.update(mode.summary(workers))
+        for mode in self.modes:
+            mode.close(self.summary)
         errors = {w.spec.name: w.error[-2000:] for w in workers if w.error}
         if self.write_error:
             errors["run_dir"] = self.write_error

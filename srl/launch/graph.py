@@ -14,8 +14,9 @@ stream is wired by its kind (`srl.api.graph.STREAM_KINDS`):
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from srl.api.graph import STREAM_KINDS, ResolvedGraph, member_dir
+from srl.api.graph import STREAM_KINDS, ResolvedGraph
 from srl.api.worker import StreamEnd, Transport, WorkerSpec
 
 RELAY_GROUP = "relay"
@@ -50,8 +51,8 @@ def wire(resolved: ResolvedGraph, forced_transport: str, host_of: Callable[[str]
     specs = []
     for group, names in members.items():
         g = resolved.graph.groups[group]
-        # A population member's workers keep their checkpoints and logs in the member's directory.
-        where = str(member_dir(run_dir, resolved.members[group])) if group in resolved.members else run_dir
+        # A group with a home of its own (a population member's) keeps its checkpoints and logs there.
+        where = str(Path(run_dir) / g.home) if g.home else run_dir
         for i, name in enumerate(names):
             specs.append(WorkerSpec(name, g.kind, group, i, len(names), seed, settings=g.settings, streams=ends[name],
                                     control=control, run_dir=where, placement=g.placement.model_dump(),

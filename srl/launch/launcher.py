@@ -15,7 +15,6 @@ stepped in turn) implement it. The loop it lives in::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
 from srl.api.worker import Transport, WorkerSpec
 from srl.streams.context import ContextSpec
 

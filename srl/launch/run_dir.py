@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srl.api.run_paths import RunPaths
-from srl.workers.checkpoint import atomic_write
+from srl.learn.checkpoint import atomic_write
 
 if TYPE_CHECKING:
     from srl.launch.tracking import WandbTracker

@@ -32,14 +32,7 @@ from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
-from srl.models.numpy_forward import (
-    ACTIVATIONS,
-    Layer,
-    NumpyCopy,
-    flatten_fields,
-    run_layers,
-    torch_layer,
-)
+from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fields, run_layers, torch_layer
 
 #: An LSTM's (h, c), each [B, width].
 Memory = tuple[torch.Tensor, torch.Tensor]

@@ -26,9 +26,7 @@ class FlattenEncoder(nn.Module):
 
 
 def _nature_cnn(spaces: Mapping[str, gym.Space]) -> nn.Module:
-    from srl.models.cnn import (
-        NatureCNN,  # torchvision-free, but only needed for image policies
-    )
+    from srl.models.cnn import NatureCNN  # torchvision-free, but only needed for image policies
 
     return NatureCNN(spaces)
 

@@ -27,15 +27,8 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS, FlattenEncoder
-from srl.models.numpy_forward import (
-    ACTIVATIONS,
-    Layer,
-    NumpyCopy,
-    flatten_fields,
-    linear_layer,
-    run_layers,
-    torch_layer,
-)
+from srl.models.numpy_forward import (ACTIVATIONS, Layer, NumpyCopy, flatten_fields, linear_layer, run_layers,
+                                      torch_layer)
 
 Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 

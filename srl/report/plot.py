@@ -16,16 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from srl.report.runs import (
-    BANDS,
-    DEFAULT_METRIC,
-    X_AXES,
-    find_runs,
-    metric_names,
-    read_config,
-    read_metrics,
-    series,
-)
+from srl.report.runs import BANDS, DEFAULT_METRIC, X_AXES, find_runs, metric_names, read_config, read_metrics, series
 
 #: Config sections that do not change what a run learns: runs differing only in these are seeds of one config.
 IGNORED_SECTIONS = ("seed", "stop", "log", "checkpoint", "supervision", "launcher", "ray")

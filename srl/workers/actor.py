@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 from srl.api.agents import AgentRouter
+from srl.api.components import make_env, make_policy
 from srl.api.policy import Policy
+from srl.api.settings import ActorSettings
 from srl.api.worker import Port
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -17,7 +19,6 @@ from srl.streams.inference import InferenceClient, InlineInference, RemoteInfere
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
-from srl.workers.components import make_env, make_policy
 from srl.workers.env_ring import EnvRing, JointRing
 from srl.workers.opponents import SelfPlay
 from srl.workers.routing import RoutedInference, RoutedSamples
@@ -46,36 +47,36 @@ class ActorWorker(Worker):
              "parameters": Port("parameters", "consume", optional=True, keyed=True)}
     counters = ("env_steps", "episode_returns")
     progress = "env_steps"
+    Config = ActorSettings
+    settings: ActorSettings
 
     def setup(self) -> None:
-        s = self.spec.settings
-        actors = s["actors"]
+        s = self.settings
+        actors = s.actors
         self.inference: InferenceClient | RoutedInference
         self.ring: EnvRing | JointRing
         #: Self-play (one policy): the pool's frozen versions play the other team.
         self.self_play: SelfPlay | None = None
-        if "policies" in s:
+        if s.policies:
             self._setup_policies()
         else:
-            make = lambda: make_env(s["env"])  # noqa: E731
-            slots = make_slots(make, actors["ring_size"], actors["envs_per_slot"],
-                               seed=self.spec.seed + 100_000 * self.spec.index,
-                               backend=s["env"].get("backend", "python"), env_config=s["env"])
-            policy = make_policy(s["policy"], *slots[0].spaces)
+            slots = make_slots(lambda: make_env(s.env), actors.ring_size, actors.envs_per_slot,
+                               seed=self.spec.seed + 100_000 * self.spec.index, env_config=s.env)
+            policy = make_policy(s.policy, *slots[0].spaces)
             self.inference = self._client(policy, "")
-            if s.get("self_play"):
+            if s.self_play is not None:
                 # Frozen opponents from the pool act for the other team; only the learner's rows are sent.
-                self.self_play = SelfPlay.open(s["self_play"], slots, self.spec.run_dir,
-                                               lambda: make_policy(s["policy"], *slots[0].spaces))
+                self.self_play = SelfPlay.open(s.self_play, slots, self.spec.run_dir,
+                                               lambda: make_policy(s.policy, *slots[0].spaces))
                 self.inference = self.self_play.wrap(self.inference)
-            self.ring = EnvRing(slots, actors["trajectory_length"], policy.initial_state)
+            self.ring = EnvRing(slots, actors.trajectory_length, policy.initial_state)
             samples = self.spec.streams["samples"]
-            self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, s["sample_slots"])
+            self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, s.sample_slots)
         self.started = time.monotonic()
         self.trajectories = 0
         #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
-        self.synchronous = bool(actors.get("synchronous")) and isinstance(self.inference, InlineInference)
-        self.unsynced_steps, self.batch_steps = 0, s["batch_steps"]
+        self.synchronous = actors.synchronous and isinstance(self.inference, InlineInference)
+        self.unsynced_steps, self.batch_steps = 0, s.batch_steps
         #: A trajectory waiting for the trainer's credit; when the synchronous actor began to wait
         #: for the version trained on its last batch, and the request it holds back meanwhile.
         self.unsent: NamedArray | dict[str, NamedArray] | None = None
@@ -102,24 +103,24 @@ class ActorWorker(Worker):
 
     def _setup_policies(self) -> None:
         """Several policies: each acts for its agents' rows, each gets its own trajectories."""
-        s = self.spec.settings
-        actors = s["actors"]
-        envs = [make_env(s["env"]) for _ in range(actors["ring_size"] * actors["envs_per_slot"])]
-        router = AgentRouter(envs[0].agent_ids, {a: p for p, agents in s["agents"].items() for a in agents})
+        s = self.settings
+        actors = s.actors
+        envs = [make_env(s.env) for _ in range(actors.ring_size * actors.envs_per_slot)]
+        router = AgentRouter(envs[0].agent_ids, {a: p for p, agents in s.agents.items() for a in agents})
         seed = self.spec.seed + 100_000 * self.spec.index
-        n = actors["envs_per_slot"]
-        name = str(s["env"].get("id") or s["env"]["type"])
+        n = actors.envs_per_slot
+        name = str(s.env.id or s.env.type)
         slots = [GroupedSlot(envs[k * n:(k + 1) * n], [seed + k * n + j for j in range(n)], router, name,
-                             s["env"].get("on_bad_output", "raise")) for k in range(actors["ring_size"])]
+                             s.env.on_bad_output) for k in range(actors.ring_size)]
         clients, states, producers = {}, {}, {}
-        for p, config in s["policies"].items():
+        for p, config in s.policies.items():
             policy = make_policy(config, *slots[0].groups[p].spaces)
             clients[p], states[p] = self._client(policy, f"/{p}"), policy.initial_state
             end = self.spec.streams[f"samples/{p}"]
-            producers[p] = SampleProducer(self.ctx, end.key, end.transport, self.name, s["sample_slots"])
+            producers[p] = SampleProducer(self.ctx, end.key, end.transport, self.name, s.sample_slots)
         self.inference = RoutedInference(clients)
         self.samples = RoutedSamples(producers)
-        self.ring = JointRing(slots, actors["trajectory_length"], states)
+        self.ring = JointRing(slots, actors.trajectory_length, states)
 
     def poll(self) -> None:
         # Nothing steps while a trajectory waits for the trainer's credit, or (synchronous) while

@@ -32,9 +32,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
+from srl.api.run_paths import RunPaths
 from srl.api.worker import Port, Supervision, WorkerSpec
 from srl.streams import shm
 from srl.streams.link import LinkClient, StreamContext
+from srl.streams.parameters import ParameterSubscriber, open_subscriber
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class Worker(ABC):
 
     def __init__(self, spec: WorkerSpec, ctx: StreamContext) -> None:
         self.spec = spec
+        #: The group's settings: an instance of the kind's `Config` (a dict for a kind without one).
+        self.settings = spec.settings
         self.ctx = ctx
         self.name = spec.name
         self._stopping = False
@@ -137,6 +141,20 @@ class Worker(ABC):
         worker's population member, delivered by the controller between polls. Kinds that
         declare `takes_commands` implement it; raising reports the error to the sender."""
         raise NotImplementedError(f"{type(self).__name__} takes no commands")
+
+    # ------------------------------------------------------------ for a kind's own use
+    @property
+    def paths(self) -> RunPaths:
+        """Where the run's files are (`checkpoints()`, `log(name)`, `config`, ...): on the
+        controller's host, so a kind that reads them runs there or on a shared filesystem."""
+        return RunPaths(self.spec.run_dir)
+
+    def subscribe(self, port: str = "parameters") -> ParameterSubscriber:
+        """The newest versions published on a `parameters` port this kind consumes: the
+        subscriber's `poll()` gives `(version, weights, info)` once per new version, else None;
+        `policy.set_params(weights, version)` loads them. Close it in `teardown`."""
+        end = self.spec.streams[port]
+        return open_subscriber(self.ctx, end.key, end.transport)
 
     # ------------------------------------------------------------ the shell
     def _stats(self) -> dict[str, Any]:

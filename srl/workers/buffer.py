@@ -19,15 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.components import make_env
 from srl.api.run_paths import RunPaths
+from srl.api.settings import BufferSettings
 from srl.api.worker import Port, Supervision
 from srl.data import keys
 from srl.replay.buffer import ReplayBuffer
 from srl.streams.link import LinkWaiter
 from srl.streams.samples import SampleConsumer, SampleProducer
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 from srl.workers.base import FatalError, Worker
-from srl.workers.components import make_env
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,16 @@ MAX_PER_POLL = 8
 IDLE_WAIT_MS = 50
 
 
-def make_buffer(settings: dict[str, Any], seed: int = 0) -> ReplayBuffer:
+def make_buffer(settings: BufferSettings, seed: int = 0) -> ReplayBuffer:
     """The `ReplayBuffer` a buffer group's settings describe (what `srl bench` measures, too)."""
-    r = settings["replay"]
+    r = settings.replay
     agents = 1
-    if settings["joint"]:  # one unit holds every agent of an env: how many the env has
-        env = make_env(settings["env"])
+    if settings.joint:  # one unit holds every agent of an env: how many the env has
+        env = make_env(settings.env)
         agents = len(env.agent_ids)
         env.close()
-    return ReplayBuffer(r["capacity"], settings["trajectory_length"], agents, unit=settings["unit"],
-                        n_step=settings["n_step"], gamma=settings["gamma"], alpha=r["alpha"], beta=r["beta"], seed=seed)
+    return ReplayBuffer(r.capacity, settings.trajectory_length, agents, unit=settings.unit,
+                        n_step=settings.n_step, gamma=settings.gamma, alpha=r.alpha, beta=r.beta, seed=seed)
 
 
 class BufferWorker(Worker):
@@ -55,31 +56,33 @@ class BufferWorker(Worker):
     # restart, like a resumed run, starts "from the checkpoint"); otherwise it starts empty.
     supervision = Supervision(scope="worker", from_checkpoint=True)
     counters = ()
+    Config = BufferSettings
+    settings: BufferSettings
 
     def setup(self) -> None:
-        s = self.spec.settings
-        self.settings = r = s["replay"]
+        s = self.settings
+        self.replay = r = s.replay
         self.buffer = make_buffer(s, self.spec.seed)
         self.contents = RunPaths(self.spec.run_dir).replay_contents(self.spec.index)
-        self.save_every_s = s["checkpoint"]["every_s"]
-        if self.spec.resume and r["save_contents"] and self.contents.exists():
+        self.save_every_s = s.checkpoint.every_s
+        if self.spec.resume and r.save_contents and self.contents.exists():
             with np.load(self.contents, allow_pickle=False) as saved:
                 self.buffer.load_state_dict(dict(saved))
             log.info("replay contents reloaded: %d env steps", self.buffer.env_steps)
         samples, replay = self.spec.streams["samples"], self.spec.streams["replay"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
-        self.out = SampleProducer(self.ctx, replay.key, replay.transport, self.name, r["batches_in_flight"])
+        self.out = SampleProducer(self.ctx, replay.key, replay.transport, self.name, r.batches_in_flight)
         self.either_side = LinkWaiter([self.out.link, self.consumer.link])
         self.trainer_side = LinkWaiter([self.out.link])
-        self.ratio: float | None = r["replay_ratio"]
-        self.updates_per_batch = r["updates_per_batch"]
+        self.ratio: float | None = r.replay_ratio
+        self.updates_per_batch = r.updates_per_batch
         #: Env steps per batch at the ratio; a trajectory may overshoot the lead by its own size.
         self.steps_per_batch = self.updates_per_batch / self.ratio if self.ratio else 0.0
         self.lead = 2 * self.steps_per_batch
         #: Env steps taken from actors by this worker, and how many of them are warm-up (a
         #: reloaded buffer's contents count towards `learning_starts`, not towards the ratio).
         self.taken_steps = 0
-        self.warmup = max(0, r["learning_starts"] - self.buffer.env_steps)
+        self.warmup = max(0, r.learning_starts - self.buffer.env_steps)
         self.updates_sent = 0
         self.unsent_steps = 0.0  # env steps not yet attributed to a batch (fractions carried)
         self.pending = None  # a sampled batch the trainer had no credit for yet
@@ -118,7 +121,7 @@ class BufferWorker(Worker):
             # trainer's credit or priorities). Taking turns at short timeouts instead woke
             # this worker hundreds of times a second, CPU the trainers on the same cores lost.
             (self.either_side if self._may_take() else self.trainer_side).wait(IDLE_WAIT_MS)
-        if self.settings["save_contents"] and time.monotonic() - self.last_save > self.save_every_s:
+        if self.replay.save_contents and time.monotonic() - self.last_save > self.save_every_s:
             self.save_contents()
 
     def _insert(self, trajectory: Any) -> None:
@@ -130,7 +133,7 @@ class BufferWorker(Worker):
     def _send(self) -> bool:
         """Send the pending batch or a fresh one; False when the trainer has no credit free."""
         if self.pending is None:
-            self.pending = self.buffer.sample(self.settings["batch_size"], self.updates_per_batch)
+            self.pending = self.buffer.sample(self.replay.batch_size, self.updates_per_batch)
             self.unsent_steps += self.steps_per_batch
         steps = int(self.unsent_steps)
         if not self.out.try_put(self.pending, {"replay": 1, "env_steps": steps}):
@@ -153,7 +156,7 @@ class BufferWorker(Worker):
         if not hasattr(self, "started"):
             return {}
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        return {"held_steps": self.buffer.env_steps, "capacity": self.settings["capacity"],
+        return {"held_steps": self.buffer.env_steps, "capacity": self.replay.capacity,
                 "memory_mb": round(self.buffer.nbytes / 2**20, 1), "taken_steps": self.taken_steps,
                 "updates_sent": self.updates_sent, "samples_in_per_s": self.taken_steps / elapsed,
                 "fps": self.taken_steps / elapsed,  # env steps stored per second
@@ -164,7 +167,7 @@ class BufferWorker(Worker):
         return [self.consumer.link.address] if hasattr(self, "consumer") else []
 
     def teardown(self) -> None:
-        if hasattr(self, "out") and self.settings["save_contents"]:
+        if hasattr(self, "out") and self.replay.save_contents:
             self.save_contents()
         for closable in ("consumer", "out"):
             if hasattr(self, closable):

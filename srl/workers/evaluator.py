@@ -22,15 +22,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
+from srl.api.components import make_policy
+from srl.api.config import ComponentConfig, EnvConfig, EvaluationConfig
 from srl.api.run_paths import RunPaths
-from srl.envs.gym_slot import GymSlot
-from srl.envs.slots import EnvSlot
-from srl.workers import checkpoint
+from srl.api.settings import EvalSettings
+from srl.learn import checkpoint
 from srl.workers.base import FatalError
-from srl.workers.components import make_env, make_policy
-from srl.workers.play import Evaluation, play
+from srl.workers.play import Evaluation, env_slot, play_policy
 from srl.workers.rounds import RoundsWorker
 
 log = logging.getLogger(__name__)
@@ -84,18 +83,14 @@ class Evaluator:
     evaluation plays fresh starts.
     """
 
-    def __init__(self, env: dict[str, Any], policy: dict[str, Any], settings: dict[str, Any],
+    def __init__(self, env: EnvConfig, policy: ComponentConfig, settings: EvaluationConfig,
                  checkpoints: Path, seed: int) -> None:
         self.settings = settings
-        envs = [make_env(env) for _ in range(min(settings["envs"], settings["episodes"]))]
-        kind = GymSlot if GymSlot.takes(envs) else EnvSlot
-        self.slot = kind(envs, [seed] * len(envs), str(env.get("id") or env["type"]),
-                         env.get("on_bad_output", "raise"))
+        self.slot = env_slot(env, min(settings.envs, settings.episodes), seed)
         self.policy = make_policy(policy, *self.slot.spaces)
-        self.rows = {"eval": np.arange(self.slot.rows)}
         self.seed = seed
         self.version = -1  # none held yet
-        self.schedule = EvalSchedule(settings["every_s"], settings["every_versions"])
+        self.schedule = EvalSchedule(settings.every_s, settings.every_versions)
         self.checkpoints = checkpoints
         self.best = BestScore()
         if (path := checkpoint.tagged(checkpoints, BEST)) is not None:  # a restarted worker, or --resume
@@ -118,8 +113,7 @@ class Evaluator:
         """
         self.schedule.started(self.version, now)
         self.slot.seeds = [self.seed + self.evaluations * self.slot.n_envs + j for j in range(self.slot.n_envs)]
-        result = play(self.slot, {"eval": self.policy}, self.rows, self.settings["episodes"],
-                      self.settings["deterministic"], {})
+        result = play_policy(self.slot, self.policy, self.settings.episodes, self.settings.deterministic)
         self.evaluations += 1
         if self.best.offer(result.return_mean, self.version):
             self._save_best(result, env_steps)
@@ -132,7 +126,7 @@ class Evaluator:
     def _save_best(self, result: Evaluation, env_steps: int) -> None:
         """The weights just played, as `best`: the policy only (all `srl evaluate` needs), no optimiser."""
         info = {"eval_return_mean": result.return_mean, "eval_episodes": result.episodes,
-                "deterministic": self.settings["deterministic"], "env_steps": env_steps, "policy_only": True}
+                "deterministic": self.settings.deterministic, "env_steps": env_steps, "policy_only": True}
         try:
             checkpoint.save_tagged(self.checkpoints, BEST, self.version, {"policy": self.policy.state_dict()}, info)
         except OSError as exc:  # a full disk or a read-only run directory: a restart cannot mend it
@@ -146,10 +140,12 @@ class EvalWorker(RoundsWorker):
     """A shell around an `Evaluator`: the parameter stream in, `eval_*` metrics out (once each)."""
 
     seconds_key = "eval_s"
+    Config = EvalSettings
+    settings: EvalSettings
 
     def setup(self) -> None:
-        s = self.spec.settings
-        self.evaluator = Evaluator(s["env"], s["policy"], s["evaluation"], RunPaths(self.spec.run_dir).checkpoints(),
+        s = self.settings
+        self.evaluator = Evaluator(s.env, s.policy, s.evaluation, RunPaths(self.spec.run_dir).checkpoints(),
                                    seed=SEED_BASE + self.spec.seed + self.spec.index * 2**24)
         if self.evaluator.best.version is not None:
             log.info("the score to beat: %.2f (version %d, in best.json)", self.evaluator.best.score,

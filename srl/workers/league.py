@@ -31,14 +31,16 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.components import make_env, make_policy
+from srl.api.config import ComponentConfig, EnvConfig, SelfPlayConfig
 from srl.api.env import spaces_of
 from srl.api.run_paths import RunPaths
+from srl.api.settings import LeagueSettings
 from srl.league.match import Games, play_games, split_agents
 from srl.league.pool import Entry, Pool
 from srl.league.rating import Rating, Ratings
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 from srl.workers.base import FatalError
-from srl.workers.components import make_env, make_policy
 from srl.workers.rounds import RoundsWorker
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,11 @@ class League:
     """The league's work without a process or a stream: `hold` the newest weights, then
     `snapshot` and `play_round` when due."""
 
-    def __init__(self, env: dict[str, Any], policy: dict[str, Any], settings: dict[str, Any], run_dir: Path,
+    def __init__(self, env: EnvConfig, policy: ComponentConfig, settings: SelfPlayConfig, run_dir: Path,
                  seed: int) -> None:
         self.settings = settings
-        self.envs = [make_env(env) for _ in range(min(settings["envs"], settings["episodes"]))]
-        self.seats = split_agents(self.envs[0].agent_ids, settings["learner"])
+        self.envs = [make_env(env) for _ in range(min(settings.envs, settings.episodes))]
+        self.seats = split_agents(self.envs[0].agent_ids, settings.learner)
         spaces = spaces_of(self.envs[0])
         self.learner, self.opponent = make_policy(policy, *spaces), make_policy(policy, *spaces)
         self.pool = Pool(RunPaths(run_dir).pool)
@@ -84,7 +86,7 @@ class League:
         if self.version < 0:
             return False
         last = self.snapshot_version
-        return last is None or self.version - last >= self.settings["snapshot_every_versions"]
+        return last is None or self.version - last >= self.settings.snapshot_every_versions
 
     def snapshot(self) -> Entry:
         """Freeze the held version into the pool, with the newest version's rating as its own."""
@@ -98,13 +100,13 @@ class League:
         metadata = {"rating": self.rating.as_dict(), "rating_conservative": self.ratings.conservative(self.rating)}
         entry = self.pool.add(self.version, self.env_steps, f"{name}.pt", tags, metadata)
         self.snapshot_version = self.version
-        for gone in self.pool.prune(self.settings["pool_size"], protect=INITIAL):
+        for gone in self.pool.prune(self.settings.pool_size, protect=INITIAL):
             gone.path.unlink(missing_ok=True)
             gone.path.with_suffix(".json").unlink(missing_ok=True)
         return entry
 
     def round_due(self, now: float) -> bool:
-        return self.version >= 0 and now - self.last_round >= self.settings["every_s"] and len(self.pool) > 0
+        return self.version >= 0 and now - self.last_round >= self.settings.every_s and len(self.pool) > 0
 
     def play_round(self, now: float) -> dict[str, Any]:
         """Play the held version against some of the pool; update its rating; returns the metrics."""
@@ -112,7 +114,7 @@ class League:
         entries = self.pool.entries()
         initial = [e for e in entries if INITIAL in e.tags][:1]
         others = [e for e in entries if e not in initial]  # (entries of one read compare by value)
-        k = min(self.settings["opponents_per_round"] - len(initial), len(others))
+        k = min(self.settings.opponents_per_round - len(initial), len(others))
         picked = initial + [others[i] for i in self.rng.choice(len(others), max(k, 0), replace=False)]
         total, against_initial = Games(), None
         for entry in picked:
@@ -145,9 +147,9 @@ class League:
             log.warning("cannot load pool version %d (%s): skipped this round", entry.version, exc)
             return None
         self.matches += 1  # each match plays fresh starts
-        seed = self.seed + self.matches * self.settings["episodes"]
-        return play_games(self.envs, self.seats, self.learner, self.opponent, self.settings["episodes"], seed,
-                          self.settings["deterministic"])
+        seed = self.seed + self.matches * self.settings.episodes
+        return play_games(self.envs, self.seats, self.learner, self.opponent, self.settings.episodes, seed,
+                          self.settings.deterministic)
 
     def close(self) -> None:
         self.pool.close()
@@ -160,10 +162,13 @@ class LeagueWorker(RoundsWorker):
 
     seconds_key = "selfplay_s"
 
+    Config = LeagueSettings
+    settings: LeagueSettings
+
     def setup(self) -> None:
-        s = self.spec.settings
+        s = self.settings
         try:
-            self.league = League(s["env"], s["policy"], s["self_play"], Path(self.spec.run_dir),
+            self.league = League(s.env, s.policy, s.self_play, Path(self.spec.run_dir),
                                  seed=SEED_BASE + self.spec.seed + self.spec.index * 2**24)
         except ValueError as exc:  # the learner's patterns do not fit the env: a restart cannot help
             raise FatalError(str(exc)) from exc

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.config import SelfPlayConfig
 from srl.api.policy import Policy
 from srl.api.run_paths import RunPaths
 from srl.data import keys
@@ -38,7 +39,7 @@ from srl.league import selection
 from srl.league.match import split_agents
 from srl.league.pool import Entry, Pool
 from srl.streams.inference import InferenceClient
-from srl.workers import checkpoint
+from srl.learn import checkpoint
 from srl.workers.base import FatalError
 
 log = logging.getLogger(__name__)
@@ -52,14 +53,14 @@ EMPTY_POOL_RETRY_S = 1.0
 class SelfPlay:
     """Which rows learn, which opponent plays the others, and when to draw the next one."""
 
-    def __init__(self, settings: dict[str, Any], slots: Sequence[Slot], pool: Pool,
+    def __init__(self, settings: SelfPlayConfig, slots: Sequence[Slot], pool: Pool,
                  make_policy: Callable[[], Policy], rng: np.random.Generator) -> None:
         self.settings = settings
         slot = slots[0]  # every slot of an actor has the same rows
         if not hasattr(slot, "agents"):
             raise ValueError("self_play: needs a multi-agent env stepped by the python backend (env.backend: python)")
         agents = list(slot.agents)
-        mine, _ = split_agents(agents, settings["learner"])
+        mine, _ = split_agents(agents, settings.learner)
         n = len(agents)
         learner = np.array([r for r in range(slot.rows) if agents[r % n] in mine])
         self.learner_rows = learner
@@ -77,7 +78,7 @@ class SelfPlay:
         self.last_try = -np.inf
 
     @classmethod
-    def open(cls, settings: dict[str, Any], slots: Sequence[Slot], run_dir: str | Path,
+    def open(cls, settings: SelfPlayConfig, slots: Sequence[Slot], run_dir: str | Path,
              make_policy: Callable[[], Policy]) -> SelfPlay:
         """An actor's self-play on the run's pool; its draws follow the process's seeded generator."""
         try:
@@ -100,9 +101,9 @@ class SelfPlay:
         """The next opponent, drawn from the pool (kept as is if the pool cannot give one)."""
         self.last_try = time.monotonic()
         s = self.settings
-        entries = self.pool.entries(recent=s["win_rate_matches"])
+        entries = self.pool.entries(recent=s.win_rate_matches)
         while entries:
-            entry = selection.choose(s["opponent"], entries, self.rng, s["pfsp_weighting"], s["pfsp_exponent"])
+            entry = selection.choose(s.opponent, entries, self.rng, s.pfsp_weighting, s.pfsp_exponent)
             try:
                 self.policy = self._load(entry)
             except (OSError, checkpoint.CheckpointError) as exc:  # pruned as we drew it
@@ -133,7 +134,7 @@ class SelfPlay:
         learner = trajectory[:, self.learner_rows]
         ended = (learner[keys.TERMINATED][:-1] | learner[keys.TRUNCATED][:-1]) & learner[keys.ALIVE][:-1]
         self.episodes += float(ended.sum()) / self.learner_per_env
-        if self.policy is not None and self.episodes >= self.settings["opponent_episodes"] * self.envs:
+        if self.policy is not None and self.episodes >= self.settings.opponent_episodes * self.envs:
             self.episodes = 0.0
             self.draw()
         return learner

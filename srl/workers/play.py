@@ -1,10 +1,13 @@
 """Playing episodes without training: a policy (or several, one per group of agents) on an env slot.
 
 A run that trains several policies plays on a `GroupedSlot` (each policy's rows apart) with
-`play_grouped`; both share one loop.
+`play_grouped`; both share one loop. The short way, for one policy on a few envs of a config's
+`env` section (what a worker kind of one's own calls, docs/graph.md):
 
-    result = play(slot, {"trained": policy}, {"trained": np.arange(slot.rows)}, episodes=10,
-                  deterministic=True, labels={})
+    slot = env_slot(settings.env, n_envs=2, seed=0)
+    policy = make_policy(settings.policy, *slot.spaces)
+    result = play_policy(slot, policy, episodes=10)        # greedy: deterministic=True
+    result.return_mean, result.length_mean
 
 `srl evaluate` plays a run's checkpoints with it; the evaluation worker plays the newest
 version of a training run.
@@ -13,16 +16,19 @@ version of a training run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from srl.api.components import make_env
+from srl.api.config import EnvConfig
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.grouped_slot import GroupedSlot
+from srl.envs.gym_slot import GymSlot
 from srl.envs.slots import EnvSlot, SlotStep
 
 if TYPE_CHECKING:
@@ -47,6 +53,19 @@ class Evaluation:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def env_slot(env: EnvConfig | Mapping[str, Any], n_envs: int, seed: int) -> EnvSlot:
+    """`n_envs` envs of an `env` config section, seeded `seed`, `seed + 1`, ..., in one slot to `play` on."""
+    env = EnvConfig.model_validate(dict(env)) if isinstance(env, Mapping) else env
+    envs = [make_env(env) for _ in range(n_envs)]
+    kind = GymSlot if GymSlot.takes(envs) else EnvSlot
+    return kind(envs, [seed + j for j in range(n_envs)], str(env.id or env.type), env.on_bad_output)
+
+
+def play_policy(slot: EnvSlot, policy: Policy, episodes: int, deterministic: bool = True) -> Evaluation:
+    """`play` with one policy acting for every row of the slot."""
+    return play(slot, {"policy": policy}, {"policy": np.arange(slot.rows)}, episodes, deterministic, {})
 
 
 def play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndarray], episodes: int,

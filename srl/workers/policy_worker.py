@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.components import make_env, make_policy
 from srl.api.env import spaces_of
 from srl.api.policy import Policy
+from srl.api.settings import PolicyWorkerSettings
 from srl.api.worker import Port
 from srl.data import keys
 from srl.data.named_array import concat
@@ -28,7 +30,6 @@ from srl.streams.link import LinkWaiter, Received
 from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber, open_subscriber
 from srl.workers.base import Worker
-from srl.workers.components import make_env, make_policy
 
 
 @dataclass
@@ -52,19 +53,21 @@ class PolicyWorker(Worker):
     ports = {"inference": Port("inference", "consume", keyed=True),
              "parameters": Port("parameters", "consume", keyed=True)}
     progress = "samples"  # requests answered (observations, one per env)
+    Config = PolicyWorkerSettings
+    settings: PolicyWorkerSettings
 
     def setup(self) -> None:
-        s = self.spec.settings
-        env = make_env(s["env"])
+        s = self.settings
+        env = make_env(s.env)
         # Port suffix -> (policy section, an agent it acts for: its spaces are that agent's).
-        if "policies" in s:  # several policies, served here together
-            plan = {f"/{name}": (config, s["agents"][name][0]) for name, config in s["policies"].items()}
+        if s.policies:  # several policies, served here together
+            plan = {f"/{name}": (config, s.agent(name)) for name, config in s.policies.items()}
         else:  # one policy (with several policies in groups of their own, this group's)
-            plan = {"": (s["policy"], s["agents"][0] if s.get("agents") else None)}
+            plan = {"": (s.policy, s.agent())}
         #: Policy name ("" with one policy) -> what this worker serves of it.
         self.served: dict[str, ServedPolicy] = {}
         for port, (config, agent) in plan.items():
-            policy = make_policy(config, *spaces_of(env, agent), device=s["device"])
+            policy = make_policy(config, *spaces_of(env, agent), device=s.device)
             # Its copy acts for its share of the actors: it explores as policy worker i of n.
             policy.acting_as(self.spec.index, self.spec.group_size)
             params, inf = self.spec.streams[f"parameters{port}"], self.spec.streams[f"inference{port}"]
@@ -76,7 +79,7 @@ class PolicyWorker(Worker):
         env.close()
         # One wait on every served policy's server: a request to one never waits out a timeout on another.
         self.requests = LinkWaiter([served.server.link for served in self.served.values()])
-        self.max_wait_s = s["max_wait_ms"] / 1000
+        self.max_wait_s = s.max_wait_ms / 1000
         self.samples = 0
         self.batches = 0
         self.started = time.monotonic()

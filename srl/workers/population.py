@@ -15,7 +15,7 @@ commands are done. One copy takes two commands:
                                   "hyperparameters": {...}}
 
 The controller writes each member's starting values and each copy, once its trainer has
-loaded it, to `lineage.jsonl` in the run directory (`srl.launch.population`).
+loaded it, to `lineage.jsonl` in the run directory (`srl.launch.modes.population`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pydantic
-
-from srl.api.config import PopulationConfig
 from srl.api.run_paths import RunPaths
+from srl.api.settings import PopulationSettings
 from srl.workers.base import Worker
 
 log = logging.getLogger(__name__)
@@ -99,14 +97,11 @@ class PBT:
 class PopulationWorker(Worker):
     """The population manager: ranks the members now and then, and has the worse copy the better."""
 
-    class Config(pydantic.BaseModel):
-        model_config = pydantic.ConfigDict(extra="forbid")
-        population: PopulationConfig
-        members: list[str]
+    Config = PopulationSettings
+    settings: PopulationSettings
 
     def setup(self) -> None:
-        s = self.Config.model_validate(self.spec.settings)
-        self.population, self.members = s.population, s.members
+        self.population, self.members = self.settings.population, self.settings.members
         hps = self.population.hyperparameters
         self.rule = PBT(self.population.quantile, {n: (hp.min, hp.max) for n, hp in hps.items()},
                         {n: list(hp.factors) for n, hp in hps.items()},

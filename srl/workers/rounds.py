@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from srl.api.worker import Port
-from srl.streams.parameters import open_subscriber
 from srl.workers.base import Worker
 
 
@@ -26,8 +25,7 @@ class RoundsWorker(Worker):
 
     def open_parameters(self) -> None:
         """Subscribe to the parameter stream (call at the end of `setup`)."""
-        params = self.spec.streams["parameters"]
-        self.params = open_subscriber(self.ctx, params.key, params.transport)
+        self.params = self.subscribe("parameters")
         self.last: dict[str, Any] = {}
         #: The newest result, until a heartbeat carries it into the run's metrics (once).
         self.unreported: dict[str, Any] | None = None

@@ -41,14 +41,7 @@ from pettingzoo import ParallelEnv
 
 from srl.api.env import EPISODE_STATS
 from srl.envs.hide_and_seek import layout as worldgen
-from srl.envs.hide_and_seek.model import (
-    RAY_GROUPS,
-    Counts,
-    Grid,
-    WorldSpec,
-    build,
-    weld_relpose,
-)
+from srl.envs.hide_and_seek.model import RAY_GROUPS, Counts, Grid, WorldSpec, build, weld_relpose
 from srl.envs.hide_and_seek.stats import ToolUse
 
 #: Action bins per movement axis; the middle bin is zero force.

@@ -63,8 +63,9 @@ def path_of(directory: str | Path, version: int) -> Path:
 
 
 def versions(directory: str | Path) -> list[int]:
-    """The versions `directory` holds a checkpoint of, oldest first."""
-    return sorted(int(p.stem.removeprefix("ckpt-")) for p in Path(directory).glob("ckpt-*.pt"))
+    """The versions `directory` holds a checkpoint of, oldest first (other files are not checkpoints)."""
+    found = (re.fullmatch(r"ckpt-(\d+)\.pt", p.name) for p in Path(directory).glob("ckpt-*.pt"))
+    return sorted(int(match.group(1)) for match in found if match)
 
 
 def save(directory: str | Path, version: int, state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:

@@ -1,13 +1,16 @@
-"""The controller's side of a population: each member's numbers, its stop rule, the commands
-workers address to members, and what status and the summary show of the members.
+"""Population-based training as a run mode: `size` members of the experiment train side by side,
+and a population manager (`srl.workers.population`) has the worse copy the better.
 
-Members are groups of one graph (`srl.api.graph.population_graph`); a member's workers are
-those of its groups. Its metrics go to `members/<member>/metrics.jsonl`, counted from its
-own workers alone; a member that copies another starts a new return window (its weights
-are another's now), and the copy is a line of `lineage.jsonl`. A worker outside every member (the population manager) gets every
-member's view with each heartbeat answer, and may send commands addressed to a member in
-its stats (`commands`: dicts with an `id` and `to`); each is handed once to every worker of
-that member whose kind `takes_commands`, with that worker's next heartbeat answer.
+The graph: the experiment's graph once per member, groups and streams named `<member>.<name>`,
+each member's workers at home in `members/<member>/` (their checkpoints, logs and metrics), and
+the manager beside them. The controller's side: each member's numbers, its stop rule, the
+commands workers address to members, and what status and the summary show of the members. A
+member's metrics go to `members/<member>/metrics.jsonl`, counted from its own workers alone; a
+member that copies another starts a new return window (its weights are another's now), and the
+copy is a line of `lineage.jsonl`. A worker outside every member (the manager) gets every
+member's view with each heartbeat answer, and may send commands addressed to a member in its
+stats (`commands`: dicts with an `id` and `to`); each is handed once to every worker of that
+member whose kind `takes_commands`, with that worker's next heartbeat answer.
 """
 
 from __future__ import annotations
@@ -16,32 +19,91 @@ import collections
 import contextlib
 import json
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from srl.api.config import ExperimentConfig, dump
-from srl.api.graph import ResolvedGraph, member_config, member_dir
+import pydantic
+from pydantic import BaseModel
+
+from srl.api.config import ConfigError, ExperimentConfig, dump
+from srl.api.graph import Graph, Group, ResolvedGraph
+from srl.api.registry import ALGORITHMS
+from srl.api.run_paths import RunPaths
+from srl.api.settings import PopulationSettings
 from srl.launch.metrics import RunMetrics, StopRules, policy_version
 from srl.launch.run_dir import RunDir
 from srl.launch.supervision import WorkerState
-from srl.workers import checkpoint
+from srl.launch.modes.base import RunMode
+from srl.learn import checkpoint
 
-#: One line per member at the start (its hyper-parameters) and one per copy, in the run directory.
-LINEAGE = "lineage.jsonl"
+#: The group of the population manager, beside the members' groups.
+POPULATION_GROUP = "population"
 
 
-class Population:
-    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, run_dir: Path, resume: bool = False) -> None:
+def member_name(index: int) -> str:
+    """Member `index` of a population: its groups, streams and directory carry this name."""
+    return f"m{index}"
+
+
+def member_config(config: ExperimentConfig, index: int) -> ExperimentConfig:
+    """The experiment as member `index` of its population runs it: its own starting values of
+    the varied hyper-parameters (validated as the algorithm's `args`), no population."""
+    assert config.population is not None
+    values = {name: hp.values[index] for name, hp in config.population.hyperparameters.items()
+              if hp.values is not None}
+    args = {**config.algorithm.args, **values}
+    model = getattr(ALGORITHMS.resolve(config.algorithm.type), "Config", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            args = model.model_validate(args).model_dump()
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "?"
+            raise ConfigError(f"population.hyperparameters.{name}.values: member {index}: {first['msg']}") from None
+    return config.model_copy(update={"algorithm": config.algorithm.model_copy(update={"args": args}),
+                                     "population": None})
+
+
+class Population(RunMode):
+    stage = "run"
+
+    @staticmethod
+    def active(config: ExperimentConfig) -> bool:
+        return config.population is not None
+
+    @classmethod
+    def graph(cls, graph: Graph, config: ExperimentConfig, build: Callable[[ExperimentConfig], Graph]) -> Graph:
+        """The experiment's graph once per member, and, when members exploit, the population manager."""
+        population = config.population
+        assert population is not None
+        groups: dict[str, Group] = {}
+        for index in range(population.size):
+            member = member_name(index)
+            home = str(RunPaths("").member(member).root)
+            for name, group in build(member_config(config, index)).groups.items():
+                renamed = {port: f"{member}.{stream}" for port, stream in group.streams.items()}
+                groups[f"{member}.{name}"] = group.model_copy(update={"streams": renamed, "home": home})
+        if population.exploit:
+            groups[POPULATION_GROUP] = Group(
+                kind="population", placement=population.placement,
+                settings=PopulationSettings(population=population,
+                                            members=[member_name(i) for i in range(population.size)]))
+        return Graph(groups=groups)
+
+    def __init__(self, config: ExperimentConfig, graph: ResolvedGraph, paths: RunPaths, resume: bool) -> None:
+        super().__init__(config, graph, paths, resume)
         assert config.population is not None
-        self.group_member = graph.members
-        self.names = list(dict.fromkeys(graph.members.values()))
+        self.names = [member_name(i) for i in range(config.population.size)]
+        #: Each member group's member.
+        self.group_member = {group: group.split(".", 1)[0] for group in graph.graph.groups
+                             if group.split(".", 1)[0] in self.names}
         self.varied = list(config.population.hyperparameters)
         self.metrics = {m: RunMetrics() for m in self.names}
         self.stop_rules = StopRules(config.stop)
-        self.dirs = {m: RunDir(member_dir(run_dir, m), config.log.tensorboard) for m in self.names}
+        self.dirs = {m: RunDir(paths.member(m).root, config.log.tensorboard) for m in self.names}
         for index, m in enumerate(self.names):  # `srl evaluate <run>/members/<m>` plays a member's policy
             self.dirs[m].write_config(dump(member_config(config, index)))
-            if resume and (path := checkpoint.latest(member_dir(run_dir, m) / "checkpoints")) is not None:
+            if resume and (path := checkpoint.latest(paths.member(m).checkpoints())) is not None:
                 self.metrics[m].env_steps_at_start = int(checkpoint.info(path).get("env_steps", 0))
         self.takes_commands = {kind for kind, cls in graph.kinds.items() if getattr(cls, "takes_commands", False)}
         #: Why each member stopped ("": it has not): the run stops once every member has.
@@ -51,7 +113,7 @@ class Population:
         self._loads: dict[str, dict[str, Any]] = {}
         #: Lines for lineage.jsonl not yet written (`report` and `close` write them).
         self._lineage: list[dict[str, Any]] = []
-        self.lineage_path = run_dir / LINEAGE
+        self.lineage_path = paths.lineage
         if not resume:
             for index, m in enumerate(self.names):
                 values = member_config(config, index).algorithm.args
@@ -164,9 +226,9 @@ class Population:
             record["hyperparameters"] = view[m]["hyperparameters"]
             self.dirs[m].log_metrics(record)
 
-    def stop_reason(self, workers: list[WorkerState], elapsed: float) -> str | None:
+    def stop_reason(self, reason: str | None, workers: list[WorkerState], elapsed: float) -> str | None:
         """The population stops once every member has met the config's `stop:` (counted on its
-        own workers), or at `stop.time_s`. A member that met it keeps training meanwhile (it
+        own workers; the run's totals do not count), or at `stop.time_s`. A member that met it keeps training meanwhile (it
         may still be copied), but its reported return stays the one that met it."""
         for m in self.names:
             if self.stopped[m]:
@@ -180,6 +242,16 @@ class Population:
             return "every member: " + "; ".join(f"{m} {why}" for m, why in self.stopped.items())
         return None
 
+    def freeze(self) -> None:
+        for metrics in self.metrics.values():
+            metrics.freeze()
+
+    def status(self, workers: list[WorkerState]) -> dict[str, Any]:
+        return {"population": self.rows(workers)}
+
+    def summary(self, workers: list[WorkerState]) -> dict[str, Any]:
+        return {"members": self.rows(workers)}
+
     def rows(self, workers: list[WorkerState]) -> list[dict[str, Any]]:
         """The members as status.json and the summary list them."""
         view = self.view(workers)
@@ -188,12 +260,12 @@ class Population:
                  "hyperparameters": view[m]["hyperparameters"], "copies": self.copies[m],
                  "copied_from": self.copied_from.get(m), "stopped": self.stopped[m]} for m in self.names]
 
-    def close(self, rows: list[dict[str, Any]]) -> None:
+    def close(self, summary: dict[str, Any]) -> None:
         """Write the lineage's last lines and each member's `summary.json` (one of `rows`), so
         that a member's directory reads as a run (`srl plot <run>/members/m0`)."""
         with contextlib.suppress(OSError):  # the run's summary says why, if the disk is full
             self._write_lineage()
-            for row in rows:
+            for row in summary["members"]:
                 self.dirs[row["member"]].write_summary(row)
         for run_dir in self.dirs.values():
             run_dir.close()

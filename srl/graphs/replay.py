@@ -1,0 +1,28 @@
+"""The replay graph: actors -> replay buffers -> trainers; parameters back to the actors (or
+policy workers), and the trainers' new priorities back to the buffer that sent each batch.
+DQN (Ape-X by config), R2D2, VDN and QMIX."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from srl.api.config import ExperimentConfig
+from srl.api.graph import Graph, Group
+from srl.api.settings import BufferSettings
+from srl.graphs.common import niced, sampler_groups, trainer_group
+
+
+def replay_graph(config: ExperimentConfig, unit: Literal["transition", "sequence"] = "transition",
+                 n_step: int = 1, gamma: float = 0.99, joint: bool = False) -> Graph:
+    """The buffers (the config's `replay:` section) store `unit`s: transitions with `n_step`
+    returns discounted by `gamma`, or whole sequences; `joint`: one transition holds all the
+    agents of an env (VDN, QMIX)."""
+    c = config
+    buffer = Group(
+        kind="buffer", count=c.replay.count, placement=niced(c.replay.placement, 0),
+        settings=BufferSettings(env=c.env, replay=c.replay, checkpoint=c.checkpoint,
+                                trajectory_length=c.actors.trajectory_length, unit=unit, n_step=n_step, gamma=gamma,
+                                joint=joint),
+        streams={"samples": "samples", "replay": "replay"})
+    return Graph(groups={"trainer": trainer_group(config, samples="replay"), "buffer": buffer,
+                         **sampler_groups(config)})

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from srl.algorithms.ppo import PPO, PPOConfig, clip_grad_norm, gae
+from srl.algorithms.common import clip_grad_norm
+from srl.algorithms.ppo import PPO, PPOConfig, gae
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.learn import checkpoint
 from srl.models.actor_critic import ActorCriticPolicy
 from srl.models.encoders import ENCODERS
-from srl.learn import checkpoint
 
 OBS_SPACE = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (4,), np.float32), "extra": gym.spaces.Box(-1, 1, (2, 3), np.float32)})
 SPACES = {

@@ -7,7 +7,8 @@ import pytest
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.replay.buffer import ReplayBuffer, nstep_targets
+from srl.data.returns import nstep_targets
+from srl.replay.buffer import ReplayBuffer
 from srl.replay.sum_tree import SumTree
 
 

@@ -30,7 +30,8 @@ import numpy as np
 import pydantic
 import torch
 
-from srl.algorithms.ppo import PPO, PPOConfig, episode_starts, training_device
+from srl.algorithms.common import episode_starts, training_device
+from srl.algorithms.ppo import PPO, PPOConfig
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray

@@ -24,7 +24,7 @@ import pydantic
 import torch
 from torch.nn import functional as F
 
-from srl.algorithms.ppo import clip_grad_norm, training_device
+from srl.algorithms.common import clip_grad_norm, training_device
 from srl.api.algorithm import Algorithm, AlgorithmConfig
 from srl.api.config import ExperimentConfig
 from srl.api.graph import Graph

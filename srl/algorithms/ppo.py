@@ -15,6 +15,7 @@ import numpy as np
 import pydantic
 import torch
 
+from srl.algorithms.common import clip_grad_norm, episode_starts, training_device
 from srl.api.algorithm import Algorithm, AlgorithmConfig
 from srl.api.policy import Policy
 from srl.data import keys
@@ -54,20 +55,6 @@ def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated
         last = delta + gamma * lam * (1.0 - done) * last
         advantages[t] = last
     return advantages, advantages + value[:T]
-
-
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
-    """Scale the gradients so that their joint L2 norm is at most `max_norm`.
-
-    What `torch.nn.utils.clip_grad_norm_` does, in three foreach kernels without its
-    per-call grouping by device and dtype, which costs a small network a noticeable share of
-    each minibatch (docs/benchmarks.md, "Measurements behind the code").
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
 
 
 class RunningVariance:
@@ -196,18 +183,6 @@ class PPO(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         vars(self.return_scale).update(state.get("return_scale", {}))
         self.trained_steps = state.get("trained_steps", 0)
-
-
-def episode_starts(terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
-    """True where a row begins a new episode: the row after one whose episode ended."""
-    starts = np.zeros(terminated.shape, bool)
-    starts[1:] = terminated[:-1] | truncated[:-1]
-    return starts
-
-
-def training_device(params: list[torch.Tensor]) -> torch.device:
-    """Where the policy trains: its parameters' device (the trainer's `device`)."""
-    return params[0].device if params else torch.device("cpu")
 
 
 class Minibatches:

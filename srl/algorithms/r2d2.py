@@ -29,12 +29,11 @@ import numpy as np
 import pydantic
 import torch
 
+from srl.algorithms.common import episode_starts, nstep_targets
 from srl.algorithms.dqn import DQN, DQNConfig
-from srl.algorithms.ppo import episode_starts
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.replay.buffer import nstep_targets
 
 
 class R2D2Config(DQNConfig):

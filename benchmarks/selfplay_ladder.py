@@ -16,12 +16,13 @@ import argparse
 import json
 from pathlib import Path
 
-from srl.api.config import read_config_file
-from srl.api.env import spaces_of
-from srl.league.match import play_games, split_agents
-from srl.league.pool import Pool, pool_path
-from srl.learn import checkpoint
 from srl.api.components import make_env, make_policy
+from srl.api.config import run_config
+from srl.api.env import spaces_of
+from srl.api.run_paths import RunPaths
+from srl.league.match import play_games, split_agents
+from srl.league.pool import Pool
+from srl.learn import checkpoint
 from srl.workers.threads import compute_threads
 
 
@@ -36,15 +37,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     compute_threads(1)
-    config = read_config_file(str(args.run / "config.yaml"))
-    envs = [make_env(config["env"]) for _ in range(args.envs)]
-    seats = split_agents(envs[0].agent_ids, config["self_play"]["learner"])
-    entries = Pool(pool_path(args.run)).entries()
-    newest, opponent = (make_policy(config["policy"], *spaces_of(envs[0])) for _ in range(2))
+    config = run_config(args.run)
+    envs = [make_env(config.env) for _ in range(args.envs)]
+    seats = split_agents(envs[0].agent_ids, config.self_play.learner)
+    entries = Pool(RunPaths(args.run).pool).entries()
+    newest, opponent = (make_policy(config.policy, *spaces_of(envs[0])) for _ in range(2))
     newest.load_state_dict(checkpoint.load(entries[-1].path)["policy"])
     rows = []
     if args.against:
-        opponents = [Pool(pool_path(run)).entries()[-1] for run in args.against]
+        opponents = [Pool(RunPaths(run).pool).entries()[-1] for run in args.against]
     else:
         opponents = [e for i, e in enumerate(entries) if i % args.every == 0 or e is entries[-1]]
     for i, entry in enumerate(opponents):

@@ -3,7 +3,7 @@
 An actor's forward pass runs on a few to a few hundred rows between env steps. There a torch
 call costs more than its arithmetic, and the env's Python code in between evicts torch's
 dispatch code from the caches, so each call costs well over its tight-loop time
-(docs/benchmarks.md, "Acting in NumPy"). A NumPy matmul on the same rows costs a fraction of
+(docs/benchmarks.md, "Measurements behind the code"). A NumPy matmul on the same rows costs a fraction of
 that. A feed-forward network on the CPU therefore acts through NumPy copies of its layers: one
 matmul, one add and one activation per layer.
 

@@ -94,3 +94,46 @@ def train_until(run_dir: Path, predicate, what: str, *args: str, cwd: Path, time
         return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
     finally:
         kill_run(process, run_dir)
+
+
+def train_inline(run_dir: Path, config_name: str, *overrides: str, until=None, what: str = "",
+                 timeout: float = 120) -> dict:
+    """`srl train CONFIG launcher=inline OVERRIDES...` in this process: every worker in the test's own
+    process, no child process and no shared memory. Returns the run's summary.
+
+    With `until`, the run is stopped as Ctrl-C stops it once `until(run_dir)` holds (looked at
+    every 0.25 s from a timer signal, whatever worker code is running then), as `train_until`
+    stops a run in a process of its own; it must then end cleanly, interrupted.
+    """
+    from srl.api.config import apply_overrides, read_config_file, validate
+    from srl.launch.controller import Controller
+    from srl.prepare import resolve_graph
+
+    config = validate(apply_overrides(read_config_file(config_name),
+                                      ["launcher=inline", "log.progress=false", "log.tensorboard=false", *overrides]))
+    started, outcome = time.monotonic(), []
+
+    def look(signum, frame) -> None:
+        if outcome:
+            return
+        if until(run_dir):
+            outcome.append("met")
+        elif time.monotonic() - started > timeout:
+            outcome.append("timed out")
+        else:
+            return
+        os.kill(os.getpid(), signal.SIGINT)  # the controller's own Ctrl-C handler takes it
+
+    previous = signal.signal(signal.SIGALRM, look) if until else None
+    if until:
+        signal.setitimer(signal.ITIMER_REAL, 0.25, 0.25)
+    try:
+        summary = Controller(config, resolve_graph(config), run_dir).run()
+    finally:
+        if until:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    if until:
+        assert outcome == ["met"], f"{what}: {outcome or 'the run ended first'}; summary {summary}"
+        assert summary["stop_reason"] == "interrupted", summary
+    return summary

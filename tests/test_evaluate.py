@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import train_inline
 
 from srl.evaluate import evaluate
 
@@ -41,15 +42,13 @@ def test_bad_sources_are_named(fake_run):
 @pytest.mark.integration
 def test_trained_cartpole_beats_its_initial_and_a_random_policy(run_srl, tmp_path):
     run_dir = tmp_path / "run"
-    trained = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "stop.episode_return=200",
-                      "log.tensorboard=false")
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    means = {}
-    for source in ("latest", "initial", "random"):
-        result = run_srl("evaluate", str(run_dir), "--episodes", "16", "--agents", f"agent={source}",
-                         "--json", str(tmp_path / f"{source}.json"))
-        assert result.returncode == 0, result.stderr[-3000:]
-        means[source] = json.loads((tmp_path / f"{source}.json").read_text())["return_mean"]
+    train_inline(run_dir, "cartpole-ppo", "stop.episode_return=200")
+    result = run_srl("evaluate", str(run_dir), "--episodes", "16", "--agents", "agent=latest",
+                     "--json", str(tmp_path / "latest.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    means = {"latest": json.loads((tmp_path / "latest.json").read_text())["return_mean"]}
+    for source in ("initial", "random"):
+        means[source] = evaluate(run_dir, episodes=16, agents={"agent": source}).return_mean
     assert means["latest"] > 120, means  # stopped at a training mean of 200
     assert means["initial"] < 60 and means["random"] < 60, means
     assert not (tmp_path / "workdir").exists()  # nothing written outside the run directory

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metrics_lines, train_until
+from conftest import metrics_lines, train_inline
 
 from srl.api.config import ComponentConfig, ConfigError, EnvConfig, EvaluationConfig, validate
 from srl.prepare import resolve_graph as resolve
@@ -162,9 +162,9 @@ def _evaluations(run_dir: Path) -> list[dict]:
 def test_cartpole_run_reports_evaluations_on_schedule_and_keeps_a_best_checkpoint(run_srl, tmp_path):
     run_dir = tmp_path / "run"
     every_s = 2.0
-    train_until(run_dir, lambda run: len(_evaluations(run)) >= 3, "three evaluations", "cartpole-ppo",
-                "evaluation.count=1", f"evaluation.every_s={every_s}", "evaluation.episodes=4", "evaluation.envs=4",
-                "stop.episode_return=null", "log.progress=false", cwd=tmp_path)
+    train_inline(run_dir, "cartpole-ppo", "evaluation.count=1", f"evaluation.every_s={every_s}",
+                 "evaluation.episodes=4", "evaluation.envs=4", "stop.episode_return=null", "log.tensorboard=true",
+                 until=lambda run: len(_evaluations(run)) >= 3, what="three evaluations")
     evals = _evaluations(run_dir)
     assert len(evals) >= 3, evals
     versions = [line["eval_version"] for line in evals]

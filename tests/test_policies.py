@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import train_inline
 
 from srl.api import config as cfg
 from srl.api.agents import AgentRouter
@@ -229,8 +230,12 @@ def test_two_policies_on_differing_spaces_each_train_on_their_own_agents(run_srl
     path = tmp_path / "teams.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    result = run_srl("train", str(path), "--run-dir", str(run_dir), timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
+    if inference == "inline":  # and the launcher: every worker in this process
+        monkeypatch.syspath_prepend(str(USER_CODE))
+        train_inline(run_dir, str(path), "log.progress=false")
+    else:
+        result = run_srl("train", str(path), "--run-dir", str(run_dir), timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     for policy, marker, size in (("scouts", 1.0, 3), ("guards", 2.0, 5)):
         assert summary[f"{policy}/policy_version"] >= 2, summary
@@ -270,14 +275,10 @@ def test_speaker_listener_with_a_policy_each_beats_the_random_policy(run_srl, tm
 
 
 @pytest.mark.integration
-def test_adversary_mappo_trains_both_teams(run_srl, tmp_path):
+def test_adversary_mappo_trains_both_teams(tmp_path):
     """The bundled two-team config runs: both policies train and report their own returns."""
     pytest.importorskip("mpe2", reason="needs the pettingzoo extra (mpe2): pip install -e '.[pettingzoo]'")
-    run_dir = tmp_path / "run"
-    result = run_srl("train", "adversary-mappo", "--run-dir", str(run_dir), "stop.env_steps=4000",
-                     "log.tensorboard=false", "log.progress=false", timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = train_inline(tmp_path / "run", "adversary-mappo", "stop.env_steps=4000")
     for team in ("adversary", "good"):
         assert summary[f"{team}/policy_version"] >= 1 and summary[f"{team}/episode_return_mean"] is not None, summary
     assert summary["episode_return_mean"] == pytest.approx(summary["good/episode_return_mean"])  # score_agents: good

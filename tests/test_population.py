@@ -3,9 +3,11 @@ relay of commands, live hyper-parameters, and one small population that really c
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
+from conftest import train_inline
 
 from srl.api.config import ConfigError, load
 from srl.api.run_paths import RunPaths
@@ -192,12 +194,21 @@ def test_an_algorithm_takes_new_hyperparameters_live(algorithm_type, policy_type
 @pytest.mark.integration
 def test_a_small_population_copies_and_explores(run_srl, tmp_path):
     run_dir = tmp_path / "run"
-    result = run_srl(
-        "train", "cartpole-ppo-pbt", "--run-dir", str(run_dir), "population.size=2",
-        "population.hyperparameters.lr.values=[0.00001, 0.003]", "population.interval_versions=2",
-        "population.min_episodes=5", "population.margin=0", "actors.count=1", "actors.envs_per_slot=16",
-        "trainers.batch_steps=256", "stop.env_steps=30000", "stop.time_s=150", "log.tensorboard=false", timeout=200)
-    assert result.returncode == 0, result.stderr[-3000:]
+
+    def copied_and_reported_back(run: Path) -> bool:  # a copy, and each member's trainer reports its newest values
+        try:
+            events = [json.loads(line) for line in (run / "lineage.jsonl").read_text().splitlines()]
+            rows = {m["member"]: m for m in json.loads((run / "status.json").read_text()).get("population", [])}
+        except (OSError, ValueError):
+            return False
+        newest = {r["member"]: r["hyperparameters"]["lr"] for r in events if r["event"] in ("start", "copy")}
+        return (any(r["event"] == "copy" for r in events) and set(rows) == set(newest)
+                and all(rows[m]["hyperparameters"]["lr"] == pytest.approx(lr) for m, lr in newest.items()))
+
+    train_inline(run_dir, "cartpole-ppo-pbt", "population.size=2", "population.hyperparameters.lr.values=[0.00001, 0.003]",
+                 "population.interval_versions=2", "population.min_episodes=5", "population.margin=0",
+                 "actors.count=1", "actors.envs_per_slot=16", "trainers.batch_steps=256", "stop.env_steps=null", "stop.time_s=300",
+                 until=copied_and_reported_back, what="a copy that the trainers report back")
     lineage = [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
     starts = {r["member"]: r["hyperparameters"]["lr"] for r in lineage if r["event"] == "start"}
     assert starts == {"m0": 0.00001, "m1": 0.003}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metrics_lines, run_workers, train_until
+from conftest import metrics_lines, run_workers, train_inline
 
 from srl.api.config import ConfigError, validate
 from srl.api.env import AgentStep
@@ -410,11 +410,10 @@ def test_self_play_run_fills_the_pool_and_reports_ratings(run_srl, tmp_path):
                 and bool(actors := _actors(run)) and all(w["stats"].get("opponent_draws", 0) > 0 for w in actors)
                 and RunPaths(run).pool.exists() and len(Pool(RunPaths(run).pool).entries()) >= 2)
 
-    train_until(run_dir, rated_twice_and_drawn, "two rating rounds, two versions and opponents drawn", "duel-selfplay",
-                "stop.env_steps=null", "self_play.every_s=3", "self_play.snapshot_every_versions=3",
-                "self_play.episodes=8", "self_play.envs=8", "self_play.opponents_per_round=2",
-                "actors.envs_per_slot=16", "trainers.batch_steps=1024", "log.progress=false",
-                "log.tensorboard=false", cwd=tmp_path)
+    train_inline(run_dir, "duel-selfplay", "stop.env_steps=null", "self_play.every_s=3",
+                 "self_play.snapshot_every_versions=3", "self_play.episodes=8", "self_play.envs=8",
+                 "self_play.opponents_per_round=2", "actors.envs_per_slot=16", "trainers.batch_steps=1024",
+                 until=rated_twice_and_drawn, what="two rating rounds, two versions and opponents drawn")
     pool = Pool(RunPaths(run_dir).pool)
     entries = pool.entries()
     assert len(entries) >= 2 and entries[0].version == 0 and INITIAL in entries[0].tags

@@ -225,7 +225,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     os.chdir(workdir)
     try:
         result = evaluate(run_dir, args.episodes, args.envs, agents, args.deterministic, video=video,
-                          default_source=source)
+                          default_source=source, allow_non_finite=args.allow_non_finite)
     except ValueError as exc:
         print(f"srl: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -391,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="agents whose id starts with PREFIX act with SOURCE: latest (default), best, initial, "
                            "random or a ckpt-*.pt path")
     play.add_argument("--deterministic", action="store_true", help="take the most likely action")
+    play.add_argument("--allow-non-finite", action="store_true",
+                      help="play a checkpoint whose weights hold NaN or infinity (refused otherwise)")
     play.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     play.add_argument("--video", metavar="FILE.mp4", help="also record the first env's episodes to a video")
     play.add_argument("--video-episodes", type=int, default=1, metavar="N", help="episodes in the video (default 1)")

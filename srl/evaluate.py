@@ -42,10 +42,12 @@ SOURCES = ("latest", "best", "initial", "random")
 
 
 def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tuple,
-               policy_name: str | None = None) -> tuple[Policy, str]:
+               policy_name: str | None = None, allow_non_finite: bool = False) -> tuple[Policy, str]:
     """The run's policy acting with `source` (one of `SOURCES` or a checkpoint path), and its label.
 
-    A run of several policies keeps each one's checkpoints in `checkpoints/<policy_name>/`.
+    A run of several policies keeps each one's checkpoints in `checkpoints/<policy_name>/`. A
+    checkpoint whose weights hold NaN or infinity is refused unless `allow_non_finite`: its
+    actions would be meaningless, and a score from them misleading.
     """
     import torch
 
@@ -72,7 +74,11 @@ def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tup
         raise ValueError(f"{checkpoints} holds no valid checkpoint to evaluate")
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist (a source is latest, best, initial, random or a ckpt-*.pt path)")
-    policy.load_state_dict(checkpoint.load(path)["policy"])
+    state = checkpoint.load(path)["policy"]
+    if not allow_non_finite and not checkpoint.finite(state):
+        raise ValueError(f"checkpoint {path} holds non-finite weights (NaN or infinity): refused "
+                         "(srl evaluate --allow-non-finite plays it anyway)")
+    policy.load_state_dict(state)
     return policy, path.name
 
 
@@ -90,10 +96,11 @@ def _row_sources(agent_ids: tuple[str, ...], agents: Mapping[str, str], default:
 
 def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Mapping[str, str] | None = None,
              deterministic: bool = False, seed: int = 10_000, video: Video | None = None,
-             default_source: str = "latest") -> Evaluation:
+             default_source: str = "latest", allow_non_finite: bool = False) -> Evaluation:
     """Play `episodes` episodes over `envs` envs stepped together; returns the mean episode return.
 
-    Agents that no prefix of `agents` names act with `default_source`.
+    Agents that no prefix of `agents` names act with `default_source`. A checkpoint of non-finite
+    weights raises ValueError unless `allow_non_finite`.
 
     With `video`, the first env also renders its first `video.episodes` episodes to a file
     (the evaluation goes on until they are over); an env that cannot render raises ValueError
@@ -114,14 +121,15 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
         made[0] = recorder = video.record(made[0], name)
     if config.policies:
         return _evaluate_policies(run_dir, config, made, seed, name, episodes, agents or {}, deterministic,
-                                  default_source, recorder)
+                                  default_source, recorder, allow_non_finite)
     slot = EnvSlot(made, [seed + j for j in range(envs)], name)
     try:
         chosen = _row_sources(slot.agents, agents or {}, default_source)
         policies: dict[str, Policy] = {}
         labels: dict[str, str] = {}
         for source in sorted(set(chosen.values())):
-            policies[source], labels[source] = policy_for(source, run_dir, config, spaces_of(made[0]))
+            policies[source], labels[source] = policy_for(source, run_dir, config, spaces_of(made[0]),
+                                                          allow_non_finite=allow_non_finite)
         # rows are env-major, then agent: row j * n_agents + a is agent a of env j
         rows_of = {source: np.array([r for r in range(slot.rows) if chosen[slot.agents[r % slot.n_agents]] == source])
                    for source in policies}
@@ -133,7 +141,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
 
 def _evaluate_policies(run_dir: Path, config: ExperimentConfig, made: list, seed: int, name: str, episodes: int,
                        agents: Mapping[str, str], deterministic: bool, default_source: str,
-                       recorder: Any) -> Evaluation:
+                       recorder: Any, allow_non_finite: bool) -> Evaluation:
     """`evaluate` for a run of several policies: each agent plays its own policy from its source
     (`latest`: that policy's newest checkpoint, in `checkpoints/<policy>/`)."""
     router = AgentRouter.from_rules(made[0].agent_ids, [(r.match, r.policy) for r in config.agents],
@@ -145,7 +153,7 @@ def _evaluate_policies(run_dir: Path, config: ExperimentConfig, made: list, seed
         labels: dict[str, str] = {}
         for policy_name, group in slot.groups.items():
             for source in sorted({chosen[a] for a in group.agents}):
-                policy, label = policy_for(source, run_dir, config, group.spaces, policy_name)
+                policy, label = policy_for(source, run_dir, config, group.spaces, policy_name, allow_non_finite)
                 # the policy's rows are env-major, then its agents: row i is agent i % len(agents)
                 rows = [i for i in range(group.rows) if chosen[group.agents[i % len(group.agents)]] == source]
                 players[f"{policy_name}:{source}"] = (policy_name, policy, np.array(rows))

@@ -115,10 +115,44 @@ def test_override_into_a_value_is_an_error():
     ("algorithm.type=no.such.module:Thing", "algorithm.type"),
     ("policy.type=srl.models.random:NoSuchPolicy", "policy.type"),
     ("actors=3", "actors"),
+    # true is not a count of one, nor false a seed of zero
+    ("actors.count=true", "actors.count"),
+    ("seed=false", "seed"),
+    ("stop.time_s=true", "stop.time_s"),
+    ("algorithm.args.epochs=true", "algorithm.args.epochs"),
+    # the name is a directory under runs/
+    ("name=../../etc", "name"),
+    ("name=a/b", "name"),
+    ("name=..", "name"),
+    ("name=.hidden", "name"),
 ])
 def test_bad_values_fail_with_one_line_naming_the_field(override, path):
     message = config_error(override)
     assert message.startswith(f"{path}:") or message.startswith(f"override {override!r}: "), message
+
+
+def test_numbers_and_names_that_are_fine_pass():
+    config = load("name=cartpole-ppo_v2.1", "log.tensorboard=false", "stop.time_s=30", "actors.count=2")
+    assert (config.name, config.log.tensorboard, config.stop.time_s, config.actors.count) == (
+        "cartpole-ppo_v2.1", False, 30, 2)
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"name: a\nenv: {type: gym, id: CartPole-v1}\nstop:\n  env_steps: 10\n  env_steps: 20\n",
+     "not valid YAML: line 5: the key 'env_steps' is given twice"),
+    (b"name: \xff\xfe\n", r"not UTF-8 text \(byte 6\)"),
+    (b"name: a\nstop: {env_steps: [1\n", "not valid YAML: line 3:"),
+    (b"- name\n", "the top level must be a mapping"),
+])
+def test_a_config_file_that_cannot_be_read_as_one_is_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        cfg.read_config_file(str(path))
+    assert "\n" not in str(info.value)
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(ConfigError, match="folder.yaml is not a file"):
+        cfg.read_config_file(str(tmp_path / "folder.yaml"))
 
 
 def test_unset_stop_condition():

@@ -54,3 +54,37 @@ def test_trained_cartpole_beats_its_initial_and_a_random_policy(run_srl, tmp_pat
     assert not (tmp_path / "workdir").exists()  # nothing written outside the run directory
     bad = run_srl("evaluate", str(run_dir), "--agents", "agent")
     assert bad.returncode == 2 and "expected PREFIX=SOURCE" in bad.stderr
+
+
+def _nan_everywhere(state):
+    import numpy as np
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return torch.full_like(state, float("nan")) if state.is_floating_point() else state
+    if isinstance(state, np.ndarray):
+        return np.full_like(state, np.nan) if np.issubdtype(state.dtype, np.floating) else state
+    if isinstance(state, dict):
+        return {k: _nan_everywhere(v) for k, v in state.items()}
+    return state
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused_unless_asked(fake_run, capsys, monkeypatch):
+    from srl import cli
+    from srl.api.components import make_env, make_policy
+    from srl.api.config import run_config
+    from srl.api.env import spaces_of
+    from srl.learn import checkpoint
+
+    config = run_config(fake_run)
+    policy = make_policy(config.policy, *spaces_of(make_env(config.env)))
+    checkpoint.save(fake_run / "checkpoints", 7, {"policy": _nan_everywhere(policy.state_dict())}, {"env_steps": 70},
+                    keep=3)
+    with pytest.raises(ValueError, match=r"ckpt-000000007.pt holds non-finite weights \(NaN or infinity\): refused"):
+        evaluate(fake_run, episodes=2, envs=1)
+    played = evaluate(fake_run, episodes=2, envs=1, allow_non_finite=True)  # asked for: it plays
+    assert played.episodes == 2 and played.agents == {"agent_0": "ckpt-000000007.pt", "agent_1": "ckpt-000000007.pt"}
+    monkeypatch.chdir(fake_run)  # the command works in the run's workdir
+    assert cli.main(["evaluate", str(fake_run), "--episodes", "2", "--envs", "1"]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "non-finite" in err and "--allow-non-finite" in err, err

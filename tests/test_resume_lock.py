@@ -23,6 +23,16 @@ def test_a_second_lock_on_a_run_directory_is_refused_until_the_first_is_released
     RunLock(tmp_path).release()
 
 
+def test_a_new_run_directory_is_private_and_one_given_keeps_its_permissions(tmp_path):
+    RunLock(tmp_path / "runs" / "new").release()
+    assert (tmp_path / "runs" / "new").stat().st_mode & 0o777 == 0o700
+    given = tmp_path / "shared"
+    given.mkdir(mode=0o755)
+    os.chmod(given, 0o755)
+    RunLock(given).release()
+    assert given.stat().st_mode & 0o777 == 0o755
+
+
 def test_resume_of_a_live_run_touches_nothing_and_a_later_resume_shows_its_changes(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "stop.episode_return=null",

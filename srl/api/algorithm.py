@@ -15,18 +15,15 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
-import pydantic
 
-from srl.api.config import ExperimentConfig
+from srl.api.config import ExperimentConfig, Section
 from srl.api.graph import Graph
 from srl.api.policy import Policy
 from srl.data.named_array import NamedArray
 
 
-class AlgorithmConfig(pydantic.BaseModel):
-    """Base for an algorithm's own settings; unknown keys are errors."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
+class AlgorithmConfig(Section):
+    """Base for an algorithm's own settings; unknown keys are errors, as in every config section."""
 
 
 class Algorithm(ABC):

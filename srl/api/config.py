@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import copy
 import re
+import types
+import typing
+from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +30,24 @@ class ConfigError(ValueError):
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @pydantic.field_validator("*", mode="before")
+    @classmethod
+    def _no_true_or_false_for_a_number(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        # pydantic takes true as 1 for a number; `actors.count=true` is a slip, not a count of one.
+        if isinstance(value, bool) and info.field_name and _numbers_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field's type takes numbers and no bool (`int`, `float | None`, `int | Literal["auto"]`)."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    members = typing.get_args(annotation)
+    return bool not in members and any(m in (int, float) for m in members)
 
 
 class EnvConfig(Section):
@@ -381,11 +402,15 @@ class AgentRule(Section):
     policy: str
 
 
+#: What a run may be called: `runs/<name>/` must stay inside `runs/`.
+RUN_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}"
+
 #: What a policy may be called: it names worker groups, streams, metrics and a checkpoint directory.
 POLICY_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"
 
 
 class ExperimentConfig(Section):
+    #: Names the default run directory (`runs/<name>/<time>`), so it is one safe path part.
     name: str
     seed: int = 0
     env: EnvConfig
@@ -419,6 +444,14 @@ class ExperimentConfig(Section):
     policies: dict[str, PolicySpec] = {}
     #: ... and which agents each acts for: rules tried in order, the first match wins.
     agents: list[AgentRule] = []
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _one_safe_path_part(cls, name: str) -> str:
+        if not re.fullmatch(RUN_NAME, name):
+            raise ValueError(f"{name!r}: one path part of letters, digits and _ . + - (it names the run's directory), "
+                             "starting with a letter, a digit or _")
+        return name
 
     @pydantic.model_validator(mode="after")
     def _policies_are_named(self) -> ExperimentConfig:
@@ -521,22 +554,47 @@ def bundled_configs() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in resources.files("srl.configs").iterdir() if p.name.endswith(".yaml"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                break  # the base loader says what is wrong with it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_config_file(name_or_path: str) -> dict[str, Any]:
     """A bundled config by name, or a YAML file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.exists():
             raise ConfigError(f"config file {name_or_path} does not exist")
-        text = path.read_text()
+        if not path.is_file():
+            raise ConfigError(f"config file {name_or_path} is not a file")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {name_or_path}: not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {name_or_path}: cannot be read ({exc.strerror})") from None
     else:
         bundled = resources.files("srl.configs") / f"{name_or_path}.yaml"
         if not bundled.is_file():
             raise ConfigError(f"no bundled config {name_or_path!r}; bundled: {', '.join(bundled_configs())}")
         text = bundled.read_text()
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{name_or_path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError(f"{name_or_path}: not valid YAML: {where}{problem or str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{name_or_path}: the top level must be a mapping")
     return data

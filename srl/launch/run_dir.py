@@ -30,7 +30,11 @@ class RunLock:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        # A new run directory is the user's alone: status.json names every endpoint of the run,
+        # and the logs and checkpoints are theirs. One given that exists keeps its permissions.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
         self._fd = os.open(RunPaths(path).lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

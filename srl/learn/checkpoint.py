@@ -144,6 +144,19 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path}: refused, not a plain-weights file ({reason})") from None
 
 
+def finite(state: Any) -> bool:
+    """Whether every floating-point tensor in a (nested) state holds finite values."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return not state.is_floating_point() or bool(state.isfinite().all())
+    if isinstance(state, dict):
+        return all(finite(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return all(finite(v) for v in state)
+    return True
+
+
 def _as_tensors(state: Any) -> Any:
     """`state` with every numpy array (and numpy scalar) as a tensor, so it loads with weights_only."""
     import numpy as np

@@ -19,8 +19,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from srl.api.algorithm import Algorithm
 from srl.api.policy import Policy
 from srl.data import keys
@@ -81,7 +79,7 @@ class Learner:
                            f"stopping (trainers.on_diverge=stop); {kept[0].name} holds the last finite weights")
         for path in kept:
             state = checkpoint.load(path)
-            if not _finite(state["policy"]):
+            if not checkpoint.finite(state["policy"]):
                 log.warning("%s holds non-finite weights: not a point to roll back to", path.name)
                 continue
             self._load(state)
@@ -133,14 +131,3 @@ class Learner:
             self.algorithm.set_hyperparameters(values)
             self.hyperparameters.update(values)
             log.info("hyper-parameters now %s", values)
-
-
-def _finite(state: Any) -> bool:
-    """Whether every floating-point tensor in a (nested) state holds finite values."""
-    if isinstance(state, torch.Tensor):
-        return not state.is_floating_point() or bool(state.isfinite().all())
-    if isinstance(state, dict):
-        return all(_finite(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return all(_finite(v) for v in state)
-    return True

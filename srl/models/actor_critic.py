@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from srl.api.config import Section
 from srl.api.policy import Analysis, Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -38,8 +39,7 @@ from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fiel
 Memory = tuple[torch.Tensor, torch.Tensor]
 
 
-class ActorCriticConfig(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+class ActorCriticConfig(Section):
     hidden: list[pydantic.PositiveInt] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
     #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images)

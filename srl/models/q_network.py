@@ -22,6 +22,7 @@ import pydantic
 import torch
 from torch import nn
 
+from srl.api.config import Section
 from srl.api.policy import Analysis, ValuePolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -33,8 +34,7 @@ from srl.models.numpy_forward import (ACTIVATIONS, Layer, NumpyCopy, flatten_fie
 Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
 
-class QNetworkConfig(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+class QNetworkConfig(Section):
     hidden: list[pydantic.PositiveInt] = [64, 64]
     activation: Literal["relu", "tanh"] = "relu"
     encoder: Literal["flatten", "nature_cnn"] = "flatten"

@@ -3,8 +3,10 @@ the config changes it applies; cleanup trusts nothing that status.json names."""
 
 import json
 import os
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +59,49 @@ def test_resume_of_a_live_run_touches_nothing_and_a_later_resume_shows_its_chang
         assert "resuming with stop.time_s: 60.0 -> 4.0" in resumed.stderr
     finally:
         kill_run(process, run_dir)
+
+
+def test_resuming_a_copy_of_a_live_run_leaves_the_live_runs_memory_and_private_directory_alone(tmp_path):
+    """`cp -a live copy; srl train --resume copy`: the copy's status.json names the live run's id
+    and private directory, which belong to the live run's directory, not the copy's."""
+    live, copy = tmp_path / "live", tmp_path / "copy"
+    process = subprocess.Popen(srl_command("train", "cartpole-ppo", "--run-dir", str(live), "stop.episode_return=null",
+                                           "stop.time_s=120", "log.tensorboard=false", "log.progress=false"),
+                               cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def status() -> dict:
+            try:
+                return json.loads((live / "status.json").read_text())
+            except (OSError, ValueError):
+                return {}
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not status().get("env_steps"):
+            time.sleep(0.2)
+        running = status()
+        segments = {s.name for s in shm.SHM_DIR.glob(f"{shm.PREFIX}{running['run_id']}_*")}
+        assert running["env_steps"] > 0 and segments and Path(running["private_dir"]).is_dir(), running
+        try:
+            shutil.copytree(live, copy, symlinks=True)
+        except shutil.Error:  # a file the live run replaced mid-copy: what the copy needs is there
+            pass
+        resumed = subprocess.run(srl_command("train", "--resume", str(copy), "stop.time_s=3"), cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert Path(running["private_dir"]).is_dir()
+        assert segments <= {s.name for s in shm.SHM_DIR.glob(f"{shm.PREFIX}{running['run_id']}_*")}
+        assert f"status.json names run {running['run_id']}, which belongs to another run directory" in resumed.stderr
+        assert json.loads((copy / "status.json").read_text())["run_id"] != running["run_id"]
+        steps = status()["env_steps"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and status()["env_steps"] <= steps:  # the live run goes on
+            time.sleep(0.2)
+        assert status()["env_steps"] > steps and process.poll() is None
+        os.killpg(process.pid, 2)  # Ctrl-C
+        assert process.wait(timeout=60) == 0, process.stderr.read()[-2000:]
+        assert json.loads((live / "summary.json").read_text())["stop_reason"] == "interrupted"
+    finally:
+        kill_run(process, live)
 
 
 def test_resume_does_not_delete_a_directory_that_status_json_names(tmp_path):

@@ -37,7 +37,7 @@ from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
 from srl.launch.metrics import RunMetrics, StopRule, StopRules, policy_version
-from srl.launch.run_dir import RunDir, RunLock, read_status
+from srl.launch.run_dir import RunDir, RunLock, claim_private_dir, claimed_by_another, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
 from srl.launch.modes import active_modes
@@ -88,6 +88,7 @@ class Controller:
         self.run_id = secrets.token_hex(4)
         self.launcher: Launcher = launcher or make_launcher(config, self.run_id)
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
+        claim_private_dir(self.private_dir, self.run_dir.path)
         context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
                               self.private_dir, caps=config.streams.max_message_mb.in_bytes())
         self.context = self.launcher.worker_context(context)
@@ -176,10 +177,15 @@ class Controller:
         if not re.fullmatch(r"[0-9a-f]{8}", run_id):  # status.json is data, not a list of paths to trust
             log.warning("status.json names no valid run id (%r); nothing of the previous run swept", run_id)
             return
-        removed = shm.sweep(f"{shm.PREFIX}{run_id}_")
         private = Path(str(previous.get("private_dir", ""))).resolve()
         # Only a directory this run would have made: srl-<its run id>-* directly in the temp dir.
-        if private.parent == Path(tempfile.gettempdir()).resolve() and private.name.startswith(f"srl-{run_id}-"):
+        made_here = private.parent == Path(tempfile.gettempdir()).resolve() and private.name.startswith(f"srl-{run_id}-")
+        if made_here and claimed_by_another(private, self.run_dir.path):
+            print(f"srl: status.json names run {run_id}, which belongs to another run directory (a copy of a live "
+                  "run?): its shared memory and private directory are left alone", file=sys.stderr)
+            return
+        removed = shm.sweep(f"{shm.PREFIX}{run_id}_")
+        if made_here:
             shutil.rmtree(private, ignore_errors=True)
         if removed:
             log.info("removed %d shared-memory segments of the previous run", len(removed))

@@ -48,6 +48,30 @@ class RunLock:
             self._fd = -1
 
 
+#: In a run's private directory: which run directory it serves (that directory's device and inode).
+OWNER_FILE = "run_dir"
+
+
+def claim_private_dir(private_dir: str | Path, run_dir: str | Path) -> None:
+    """Mark a run's private directory as its run directory's own.
+
+    A copy of a run directory (`cp -a live copy`) carries the status.json that names the live
+    run's id and private directory, but the copy is another inode: a resume of the copy can
+    tell that what status.json names is not its own to clean up."""
+    st = Path(run_dir).stat()
+    (Path(private_dir) / OWNER_FILE).write_text(f"{st.st_dev}:{st.st_ino}\n")
+
+
+def claimed_by_another(private_dir: Path, run_dir: Path) -> bool:
+    """Whether `private_dir` is there and serves a run directory other than `run_dir`."""
+    try:
+        owner = (private_dir / OWNER_FILE).read_text().strip()
+    except OSError:  # gone with its run (or the machine's restart): nobody's
+        return False
+    st = run_dir.stat()
+    return owner != f"{st.st_dev}:{st.st_ino}"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     # Rewritten every second: not worth an fsync each time.
     atomic_write(path, lambda f: f.write(json.dumps(data, indent=1).encode()), fsync=False)

@@ -74,11 +74,18 @@ def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tup
         raise ValueError(f"{checkpoints} holds no valid checkpoint to evaluate")
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist (a source is latest, best, initial, random or a ckpt-*.pt path)")
-    state = checkpoint.load(path)["policy"]
+    state = checkpoint.load(path).get("policy")
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} holds no policy state (a `policy` mapping)")
     if not allow_non_finite and not checkpoint.finite(state):
         raise ValueError(f"checkpoint {path} holds non-finite weights (NaN or infinity): refused "
                          "(srl evaluate --allow-non-finite plays it anyway)")
-    policy.load_state_dict(state)
+    try:
+        policy.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatch: name the first
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines[0] if lines else ""
+        raise ValueError(f"checkpoint {path} does not fit the run's policy: {first[:300]}") from None
     return policy, path.name
 
 

@@ -143,6 +143,13 @@ def run_graph(config: ExperimentConfig) -> Graph:
 def resolve_graph(config: ExperimentConfig) -> ResolvedGraph:
     """The run's graph, checked (kinds, settings, streams) against the config."""
     graph = run_graph(config)
+    total = sum(group.count for group in graph.groups.values())
+    if total > config.limits.workers:
+        largest = sorted(graph.groups.items(), key=lambda item: -item[1].count)[:3]
+        raise ConfigError(f"limits.workers: the graph has {total} worker processes ("
+                          + ", ".join(f"{name} {group.count}" for name, group in largest)
+                          + f", ...), over {config.limits.workers}; raise limits.workers on purpose for a cluster "
+                          "that large")
     for name in config.supervision.progress_timeout_by_group:
         if name not in graph.groups:
             raise ConfigError(f"supervision.progress_timeout_by_group: no group {name!r} in the graph "

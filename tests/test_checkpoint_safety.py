@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -68,6 +69,97 @@ def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(tmp_path):
     path.write_bytes(b"not a zip archive at all")
     with pytest.raises(checkpoint.CheckpointError, match="refused"):
         checkpoint.load(path)
+
+
+def _zip_bomb(path) -> None:
+    """A checkpoint of 64 MiB of zeros whose entries are deflated: a file of about 64 KiB."""
+    import io
+    import zipfile
+
+    plain = io.BytesIO()
+    torch.save({"policy": {"params": {"w": torch.zeros(16, 1024, 1024)}}}, plain)
+    with zipfile.ZipFile(io.BytesIO(plain.getvalue())) as source, \
+            zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as bomb:
+        for entry in source.infolist():
+            bomb.writestr(entry.filename, source.read(entry.filename))
+
+
+@pytest.mark.parametrize("craft,message", [
+    # one number viewed as 40,000 x 30,000 (4.8 GB for any copy of it), in a 4-byte storage
+    (lambda path: torch.save({"policy": {"params": {"w": torch.zeros(1).expand(40000, 30000)}}}, path),
+     r"policy.params.w of shape \[40000, 30000\] views 4 bytes of storage"),
+    (_zip_bomb, "archive/data.pkl is compressed"),
+    (lambda path: torch.save([1, 2, 3], path), "holds a list, not a mapping of states"),
+    (lambda path: path.write_bytes(open(_good_checkpoint(path.parent), "rb").read()[:1000]), "not a checkpoint archive"),
+])
+def test_a_crafted_checkpoint_is_refused_in_one_line_before_it_takes_memory(tmp_path, craft, message):
+    path = tmp_path / "ckpt-000000001.pt"
+    craft(path)
+    assert path.stat().st_size < 200_000
+    with pytest.raises(checkpoint.CheckpointError, match=message) as error:
+        checkpoint.load(path)
+    assert "\n" not in str(error.value)
+
+
+def test_srl_evaluate_refuses_both_bombs_with_its_peak_memory_under_500_mb(tmp_path):
+    """The process's own peak RSS (VmHWM: ru_maxrss would carry the forking test process's over
+    exec), measured at its end: a zero-stride view of 4.8 GB, then a zip bomb, each the newest
+    checkpoint of a run, each refused in one line."""
+    script = ("import re, sys\n"
+              "from srl.evaluate import evaluate\n"
+              "for run in sys.argv[1:]:\n"
+              "    try:\n"
+              "        evaluate(run, episodes=1, envs=1)\n"
+              "    except ValueError as error:\n"
+              "        print('refused:', str(error).splitlines()[0])\n"
+              "peak_kb = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+              "print('peak_mb', peak_kb // 1024)\n")
+    runs = []
+    for name, craft in (("view", lambda path: torch.save({"policy": {"params": {"w": torch.zeros(1).expand(40000, 30000)}}},
+                                                      path)), ("bomb", _zip_bomb)):
+        (tmp_path / name).mkdir()
+        run_dir, _ = _run_dir_with(tmp_path / name, lambda m: {"policy": {}})
+        path = run_dir / "checkpoints" / "ckpt-000000003.pt"
+        craft(path)
+        sidecar = {"version": 3, "env_steps": 0, "sha256": checkpoint._sha256(path)}
+        path.with_suffix(".json").write_text(json.dumps(sidecar))
+        runs.append(str(run_dir))
+    result = subprocess.run([sys.executable, "-c", script, *runs], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "views 4 bytes of storage" in lines[0] and "is compressed" in lines[1], lines
+    assert int(lines[2].split()[1]) < 500, lines
+
+
+def _good_checkpoint(directory):
+    return checkpoint.save(directory / "good", 1, {"policy": {"w": torch.ones(100, 100)}}, {}, keep=1)
+
+
+def test_evaluate_names_a_checkpoint_that_does_not_fit_the_policy_in_one_line(tmp_path, capsys, monkeypatch):
+    """Wrong shapes, a missing key, no policy state, a sidecar that is not an object: one line each
+    (a sidecar that is not an object makes its checkpoint invalid, as a wrong checksum does)."""
+    from srl import cli
+
+    from srl.api.components import make_policy
+    from srl.api.config import run_config
+
+    run_dir, _ = _run_dir_with(tmp_path, lambda m: {"policy": {}})
+    config = run_config(run_dir)
+    spaces = gym.spaces.Dict({"obs": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)}), gym.spaces.Discrete(2)
+    weights = make_policy(config.policy, *spaces).state_dict()
+    first = next(iter(weights["params"]))
+    wider = {**weights, "params": {**weights["params"], first: np.zeros((3, 3), np.float32)}}
+    fewer = {**weights, "params": {k: v for k, v in weights["params"].items() if k != first}}
+    monkeypatch.chdir(tmp_path)
+    for state, says in [({"policy": wider}, "does not fit the run's policy: size mismatch for"),
+                        ({"policy": fewer}, "does not fit the run's policy: Missing key(s)"),
+                        ({"other": {}}, "holds no policy state")]:
+        checkpoint.save(run_dir / "checkpoints", 9, state, {"env_steps": 0}, keep=5)
+        assert cli.main(["evaluate", str(run_dir), "--episodes", "1", "--envs", "1"]) == cli.EXIT_CONFIG
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and says in err, err
+    (run_dir / "checkpoints" / "ckpt-000000009.json").write_text("[1, 2]")
+    assert not checkpoint.is_valid(run_dir / "checkpoints" / "ckpt-000000009.pt")
 
 
 def _run_dir_with(tmp_path, payload) -> tuple:

@@ -131,6 +131,30 @@ def test_bad_values_fail_with_one_line_naming_the_field(override, path):
     assert message.startswith(f"{path}:") or message.startswith(f"override {override!r}: "), message
 
 
+@pytest.mark.parametrize("overrides,message", [
+    (["actors.count=100000"], "actors.count: 100000 is over limits.workers"),
+    (["workers.actor.count=100000"], "workers.actor.count: 100000 is over limits.workers"),
+    (["actors.placement.threads=100000"], "actors.placement.threads: 100000 is over limits.threads_per_worker"),
+    (["actors.envs_per_slot=100000000"], "actors.envs_per_slot: 100000000 x actors.ring_size"),
+    (["replay.capacity=1000000000000"], "replay.capacity: 1000000000000 is over limits.replay_capacity"),
+    (["policy.args.hidden=[100000,100000]"], "policy.args.hidden.0: Input should be less than or equal to 16384"),
+    (["streams.max_message_mb.samples=100000000000"], "streams.max_message_mb.samples: 1e+11 MiB is over 0.5 of this "
+                                                      "machine's memory"),
+])
+def test_resource_bombs_are_refused_in_one_line_naming_the_field(overrides, message):
+    assert config_error(*overrides).startswith(message)
+
+
+def test_limits_are_raised_on_purpose_and_the_whole_graph_counts():
+    from srl.prepare import resolve_graph
+
+    assert load("actors.count=5000", "limits.workers=6000").actors.count == 5000
+    # four members of three workers each (two actors, a trainer) and the population's own worker
+    config = cfg.load("cartpole-ppo-pbt", ["limits.workers=8"])
+    with pytest.raises(ConfigError, match=r"^limits.workers: the graph has 13 worker processes \(.*\), over 8"):
+        resolve_graph(config)
+
+
 def test_numbers_and_names_that_are_fine_pass():
     config = load("name=cartpole-ppo_v2.1", "log.tensorboard=false", "stop.time_s=30", "actors.count=2")
     assert (config.name, config.log.tensorboard, config.stop.time_s, config.actors.count) == (

@@ -101,7 +101,7 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         os.kill(victim["pid"], signal.SIGKILL)
         replaced = wait_for(lambda: (w := workers()) and w["actor.0"]["restarts"] == 1
                             and w["actor.0"]["state"] == "running" and w["actor.0"]["pid"] != victim["pid"] and w,
-                            30, "actor.0 replaced", process)
+                            90, "actor.0 replaced", process)
         assert replaced["actor.0"]["host"] == SECOND and replaced["actor.0"]["restart_latency_s"] is not None
         version = replaced["trainer.0"]["policy_version"] or 0
         # The replacement samples and training goes on; then Ctrl-C (not a time limit, which a

@@ -151,7 +151,7 @@ def test_32_actor_processes_on_two_cores_run_restart_a_killed_actor_and_stop_cle
             w = next(w for w in actors(_status(run_dir)) if w["name"] == victim["name"])
             return w if w["restarts"] == 1 and w["pid"] != victim["pid"] and w["state"] == "running" else None
 
-        wait_for(replaced, 30, "the killed actor replaced", process)
+        wait_for(replaced, 90, "the killed actor replaced", process)
         pids = [w["pid"] for w in _status(run_dir)["workers"]]
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the run stops cleanly
         process.wait(timeout=60)

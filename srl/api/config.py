@@ -377,6 +377,29 @@ class PopulationConfig(Section):
         return self
 
 
+class LimitsConfig(Section):
+    """Ceilings that catch a slip (an extra zero, a flag where a count belongs) before it takes the
+    machine down: each is far above what a run on one machine needs. A large cluster raises
+    `workers` on purpose (`limits.workers=20000`)."""
+
+    #: Worker processes in the whole graph (every group, every population member).
+    workers: PositiveInt = 4096
+    #: Torch threads of one worker process (`<group>.placement.threads`).
+    threads_per_worker: PositiveInt = 256
+    #: Envs one actor steps (`actors.envs_per_slot` x `actors.ring_size`).
+    envs_per_actor: PositiveInt = 65_536
+    #: Env steps one replay buffer holds (`replay.capacity`).
+    replay_capacity: PositiveInt = 100_000_000
+    #: The largest message of any stream as a share of this machine's memory (`streams.max_message_mb`).
+    message_share_of_memory: float = Field(0.5, gt=0, le=1)
+
+
+def _machine_memory_mb() -> float:
+    import psutil
+
+    return psutil.virtual_memory().total / 2**20
+
+
 class GroupOverride(Section):
     """A config's `workers.<group>` entry: changes to a group of the default graph, or a new group."""
 
@@ -439,6 +462,7 @@ class ExperimentConfig(Section):
     workers: dict[str, GroupOverride] = {}
     #: Absent: one experiment. Set: a population of `size` members (population-based training).
     population: PopulationConfig | None = None
+    limits: LimitsConfig = LimitsConfig()
     #: Several policies by name, each with its own model, algorithm, trainers, parameter and
     #: sample streams (instead of the one-policy `policy:`/`algorithm:`/`trainers:` sections) ...
     policies: dict[str, PolicySpec] = {}
@@ -452,6 +476,33 @@ class ExperimentConfig(Section):
             raise ValueError(f"{name!r}: one path part of letters, digits and _ . + - (it names the run's directory), "
                              "starting with a letter, a digit or _")
         return name
+
+    @pydantic.model_validator(mode="after")
+    def _within_limits(self) -> ExperimentConfig:
+        limits = self.limits
+        counts = {"actors.count": self.actors.count, "policy_workers.count": self.policy_workers.count,
+                  "trainers.count": self.trainers.count, "replay.count": self.replay.count,
+                  **{f"workers.{name}.count": group.count for name, group in self.workers.items() if group.count}}
+        for field, count in counts.items():
+            if count > limits.workers:
+                raise ValueError(f"{field}: {count} is over limits.workers ({limits.workers} worker processes); "
+                                 "raise limits.workers on purpose for a cluster that large")
+        placements = {"actors": self.actors.placement, "policy_workers": self.policy_workers.placement,
+                      "trainers": self.trainers.placement, "replay": self.replay.placement,
+                      **{f"workers.{name}": group.placement for name, group in self.workers.items() if group.placement}}
+        for section, placement in placements.items():
+            if placement.threads > limits.threads_per_worker:
+                raise ValueError(f"{section}.placement.threads: {placement.threads} is over "
+                                 f"limits.threads_per_worker ({limits.threads_per_worker})")
+        envs = self.actors.envs_per_slot * self.actors.ring_size
+        if envs > limits.envs_per_actor:
+            raise ValueError(f"actors.envs_per_slot: {self.actors.envs_per_slot} x actors.ring_size "
+                             f"{self.actors.ring_size} = {envs} envs per actor, over limits.envs_per_actor "
+                             f"({limits.envs_per_actor})")
+        if self.replay.capacity > limits.replay_capacity:
+            raise ValueError(f"replay.capacity: {self.replay.capacity} is over limits.replay_capacity "
+                             f"({limits.replay_capacity})")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _policies_are_named(self) -> ExperimentConfig:
@@ -711,8 +762,23 @@ def check_population(population: PopulationConfig, args: dict[str, Any]) -> None
 
 
 def validate(data: dict[str, Any]) -> ExperimentConfig:
-    """Validate the experiment and each component's own args. Raises ConfigError."""
-    return validate_components(validate_structure(data))
+    """Validate the experiment, each component's own args, and the sizes this machine must hold.
+    Raises ConfigError."""
+    config = validate_components(validate_structure(data))
+    _fits_this_machine(config)
+    return config
+
+
+def _fits_this_machine(config: ExperimentConfig) -> None:
+    """Message caps against this machine's memory: checked where a run starts, not where its
+    config is read again (`run_config` on a smaller machine). The defaults always pass."""
+    share = config.limits.message_share_of_memory
+    ceiling = share * _machine_memory_mb()
+    defaults = MessageCaps().model_dump()
+    for kind, mib in config.streams.max_message_mb.model_dump().items():
+        if mib > max(ceiling, defaults[kind]):
+            raise ConfigError(f"streams.max_message_mb.{kind}: {mib:g} MiB is over {share:g} of this machine's "
+                              f"memory ({ceiling:.0f} MiB; limits.message_share_of_memory)")
 
 
 def load(name_or_path: str, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -113,7 +113,8 @@ def _sha256(path: Path) -> str:
 def is_valid(path: str | Path) -> bool:
     path = Path(path)
     try:
-        return json.loads(path.with_suffix(".json").read_text()).get("sha256") == _sha256(path)
+        sidecar = json.loads(path.with_suffix(".json").read_text())
+        return isinstance(sidecar, dict) and sidecar.get("sha256") == _sha256(path)
     except (OSError, ValueError):
         return False
 
@@ -129,19 +130,60 @@ def latest(directory: str | Path) -> Path | None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """The state saved in `path`; raises `CheckpointError` for a file that is not plain weights."""
+    """The state saved in `path`; raises `CheckpointError` for a file that is not plain weights,
+    or that would take more memory to load than its own size."""
     import pickle
 
     import torch
 
     path = Path(path)
+    _check_archive(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as exc:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError) as exc:
         # torch names the first global the file asked for (a function to call, a class to build).
         found = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL) (\S+)", str(exc))
         reason = f"it asks for {found.group(1)}" if found else f"{type(exc).__name__}: {str(exc).strip()[:100]}"
         raise CheckpointError(f"checkpoint {path}: refused, not a plain-weights file ({reason})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: refused, holds a {type(state).__name__}, not a mapping of states")
+    _check_dense(path, state)
+    return state
+
+
+def _check_archive(path: Path) -> None:
+    """Refuse an archive that unpacks to more than it holds: torch stores every entry uncompressed,
+    so a compressed entry (a zip bomb's) is not torch's, and the entries' sizes are the file's."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"checkpoint {path}: refused, not a checkpoint archive ({exc})") from None
+    packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise CheckpointError(f"checkpoint {path}: refused, {packed[0]} is compressed (a checkpoint's entries are "
+                              "stored as they are)")
+    if sum(e.file_size for e in entries) > path.stat().st_size:
+        raise CheckpointError(f"checkpoint {path}: refused, its entries declare more bytes than the file holds")
+
+
+def _check_dense(path: Path, state: Any, where: str = "") -> None:
+    """Refuse a tensor that views more elements than its storage holds (a zero-stride view of one
+    number can claim gigabytes, which any copy of it would then allocate)."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        if state.numel() * state.element_size() > state.untyped_storage().nbytes():
+            raise CheckpointError(f"checkpoint {path}: refused, {where or 'a tensor'} of shape {list(state.shape)} "
+                                  f"views {state.untyped_storage().nbytes()} bytes of storage (overlapping strides)")
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            _check_dense(path, value, f"{where}.{key}" if where else str(key))
+    elif isinstance(state, (list, tuple)):
+        for i, value in enumerate(state):
+            _check_dense(path, value, f"{where}[{i}]")
 
 
 def finite(state: Any) -> bool:

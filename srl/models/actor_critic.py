@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -40,7 +40,8 @@ Memory = tuple[torch.Tensor, torch.Tensor]
 
 
 class ActorCriticConfig(Section):
-    hidden: list[pydantic.PositiveInt] = [64, 64]
+    #: Units per hidden layer; at most 16,384 (a layer of 16,384 x 16,384 is already 1 GiB of weights).
+    hidden: list[Annotated[int, pydantic.Field(gt=0, le=16_384)]] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
     #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images)
     #: or `entity_attention` (entity lists with masks, e.g. hide-and-seek).

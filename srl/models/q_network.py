@@ -35,7 +35,8 @@ Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
 
 class QNetworkConfig(Section):
-    hidden: list[pydantic.PositiveInt] = [64, 64]
+    #: Units per hidden layer; at most 16,384 (a layer of 16,384 x 16,384 is already 1 GiB of weights).
+    hidden: list[Annotated[int, pydantic.Field(gt=0, le=16_384)]] = [64, 64]
     activation: Literal["relu", "tanh"] = "relu"
     encoder: Literal["flatten", "nature_cnn"] = "flatten"
     #: Observation fields the network reads (default: every field except `state`, which is a global state for mixers).

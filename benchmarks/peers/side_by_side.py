@@ -324,6 +324,9 @@ def run_one(proc: Proc, measure: str, task: Task, args, deadline_s: float) -> di
         if "seconds_to_score" not in result:
             hit = next((r for r in records if reached(r, task.target)), None)  # in the last lines read
             result["seconds_to_score"] = round(hit["received"] - proc.t_start, 2) if hit else None
+        # [seconds from the command's start, frames, mean score of the last 100 episodes]: the curve
+        result["curve"] = [[round(r["received"] - proc.t_start, 1), r.get("frames"), r["score"]]
+                           for r in records if r.get("score") is not None]
     else:
         window = throughput(records, args.warmup_s, args.window_s)
         result["frames_per_s"] = round(window["frames_per_s"], 1) if window else None
@@ -477,6 +480,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="OUT", help="write every run, the medians and ratios as JSON here")
     p.add_argument("--keep-logs", metavar="DIR", help="copy each run's output log here")
+    p.add_argument("--plot", metavar="OUT.png", help="draw each score run's curve (score against wall time) here")
     args = p.parse_args(argv)
     task = TASKS[args.task]
     systems = ["srl", *task.peers] if args.systems is None else [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -571,7 +575,36 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
         print(f"\nwrote {args.json}")
+    if args.plot and any(row.get("score", {}).get("curve") for row in report["runs"]):
+        plot_curves(report, Path(args.plot))
+        print(f"wrote {args.plot}")
     return 130 if interrupted else 0
+
+
+def plot_curves(report: dict, out: Path) -> None:
+    """Each score run's mean return against wall time from its command's start, the target dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for row in report["runs"]:
+        curve = row.get("score", {}).get("curve")
+        if not curve:
+            continue
+        version = report["systems"].get(row["system"], {}).get("version") or ""
+        label = f"{row['system']} {version.split(' ')[0]}".strip() + (f", round {row['round']}" if report["rounds"] > 1 else "")
+        ax.plot([t / 60 for t, _, _ in curve], [score for _, _, score in curve], label=label)
+    ax.axhline(report["target"], color="gray", linestyle="--", linewidth=1, label=f"target {report['target']:g}")
+    ax.set_xlabel("minutes from the command's start")
+    ax.set_ylabel("mean return, last 100 episodes")
+    ax.set_title(f"{report['task']}: each system's own config, {report['host']['cpus']} cores")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,8 @@ def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tup
     try:
         policy.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # torch lists every mismatch: name the first
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        first = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines[0] if lines else ""
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [""]
+        first = next((line for line in lines if not line.startswith("Error(s) in loading")), lines[0])
         raise ValueError(f"checkpoint {path} does not fit the run's policy: {first[:300]}") from None
     return policy, path.name
 

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -169,34 +169,33 @@ def _check_archive(path: Path) -> None:
         raise CheckpointError(f"checkpoint {path}: refused, its entries declare more bytes than the file holds")
 
 
-def _check_dense(path: Path, state: Any, where: str = "") -> None:
-    """Refuse a tensor that views more elements than its storage holds (a zero-stride view of one
-    number can claim gigabytes, which any copy of it would then allocate)."""
+def _tensors(state: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """Every tensor in a (nested) state, with its path (`policy.params.w`, `opt[0]`)."""
     import torch
 
     if isinstance(state, torch.Tensor):
-        if state.numel() * state.element_size() > state.untyped_storage().nbytes():
-            raise CheckpointError(f"checkpoint {path}: refused, {where or 'a tensor'} of shape {list(state.shape)} "
-                                  f"views {state.untyped_storage().nbytes()} bytes of storage (overlapping strides)")
+        yield where, state
     elif isinstance(state, dict):
         for key, value in state.items():
-            _check_dense(path, value, f"{where}.{key}" if where else str(key))
+            yield from _tensors(value, f"{where}.{key}" if where else str(key))
     elif isinstance(state, (list, tuple)):
         for i, value in enumerate(state):
-            _check_dense(path, value, f"{where}[{i}]")
+            yield from _tensors(value, f"{where}[{i}]")
+
+
+def _check_dense(path: Path, state: Any) -> None:
+    """Refuse a tensor that views more elements than its storage holds (a zero-stride view of one
+    number can claim gigabytes, which any copy of it would then allocate)."""
+    for where, tensor in _tensors(state):
+        stored = tensor.untyped_storage().nbytes()
+        if tensor.numel() * tensor.element_size() > stored:
+            raise CheckpointError(f"checkpoint {path}: refused, {where or 'a tensor'} of shape {list(tensor.shape)} "
+                                  f"views {stored} bytes of storage (overlapping strides)")
 
 
 def finite(state: Any) -> bool:
     """Whether every floating-point tensor in a (nested) state holds finite values."""
-    import torch
-
-    if isinstance(state, torch.Tensor):
-        return not state.is_floating_point() or bool(state.isfinite().all())
-    if isinstance(state, dict):
-        return all(finite(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return all(finite(v) for v in state)
-    return True
+    return all(not t.is_floating_point() or bool(t.isfinite().all()) for _, t in _tensors(state))
 
 
 def _as_tensors(state: Any) -> Any:

@@ -39,9 +39,12 @@ from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fiel
 Memory = tuple[torch.Tensor, torch.Tensor]
 
 
+#: Units of one hidden layer: at most 16,384 (a layer of 16,384 x 16,384 is already 1 GiB of weights).
+HiddenWidth = Annotated[int, pydantic.Field(gt=0, le=16_384)]
+
+
 class ActorCriticConfig(Section):
-    #: Units per hidden layer; at most 16,384 (a layer of 16,384 x 16,384 is already 1 GiB of weights).
-    hidden: list[Annotated[int, pydantic.Field(gt=0, le=16_384)]] = [64, 64]
+    hidden: list[HiddenWidth] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
     #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images)
     #: or `entity_attention` (entity lists with masks, e.g. hide-and-seek).

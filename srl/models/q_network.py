@@ -26,7 +26,7 @@ from srl.api.config import Section
 from srl.api.policy import Analysis, ValuePolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.models.actor_critic import MLP, Memory, NetPolicy, obs_tensors, remember
+from srl.models.actor_critic import MLP, HiddenWidth, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS, FlattenEncoder
 from srl.models.numpy_forward import (ACTIVATIONS, Layer, NumpyCopy, flatten_fields, linear_layer, run_layers,
                                       torch_layer)
@@ -35,8 +35,7 @@ Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
 
 class QNetworkConfig(Section):
-    #: Units per hidden layer; at most 16,384 (a layer of 16,384 x 16,384 is already 1 GiB of weights).
-    hidden: list[Annotated[int, pydantic.Field(gt=0, le=16_384)]] = [64, 64]
+    hidden: list[HiddenWidth] = [64, 64]
     activation: Literal["relu", "tanh"] = "relu"
     encoder: Literal["flatten", "nature_cnn"] = "flatten"
     #: Observation fields the network reads (default: every field except `state`, which is a global state for mixers).

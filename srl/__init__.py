@@ -11,3 +11,18 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+#: The Python API (srl/run.py), imported on first use: `import srl` stays light for workers.
+_API = ("train", "start", "launch", "load_policy", "Run", "Handle", "LoadedPolicy")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from srl import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'srl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,38 +27,29 @@ def _train(args: argparse.Namespace) -> int:
     if not config_name and not args.resume:
         print("srl: config error: train: give a CONFIG (bundled name or YAML path) or --resume DIR", file=sys.stderr)
         return EXIT_CONFIG
+    from srl.launch.run_dir import RunInUse
+    from srl.run import RunDirUnwritable, RunExists, launch
+
     try:
-        run = prepare(config_name, overrides, resume=args.resume, before_components=_start_fork_server)
-    except ConfigError as exc:
+        run, run_dir, controller = launch(config_name, overrides, args.run_dir, args.resume)
+    except RunExists as exc:
+        print(f"srl: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ConfigError as exc:  # includes settings only checkable by starting them (a W&B login)
         print(f"srl: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except MeasurementError as exc:  # `auto`'s measurements could not be made
         print(f"srl: train: the layout's measurements failed: {exc}", file=sys.stderr)
         return 1
-    config = run.config
-    run_dir = run.resume or Path(args.run_dir or Path("runs") / config.name / time.strftime("%Y%m%d-%H%M%S"))
-    if not run.resume and (RunPaths(run_dir).summary.exists() or RunPaths(run_dir).status.exists()):
-        print(f"srl: {run_dir} already holds a run; use --resume {run_dir} to continue it", file=sys.stderr)
-        return EXIT_CONFIG
-    from srl.launch.controller import Controller  # heavy imports only once the config is valid
-    from srl.launch.run_dir import RunInUse
-
-    print(f"srl: run directory {run_dir}", file=sys.stderr)
-    try:
-        controller = Controller(run.config, run.graph, run_dir, resume=run.resume is not None)
-    except ConfigError as exc:  # settings only checkable by starting them (a W&B login)
-        print(f"srl: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     except RunInUse as exc:  # refused before anything in the directory was written
         print(f"srl: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except OSError as exc:  # a full disk, a read-only file system: no run can start there
-        print(f"srl: cannot write the run directory {run_dir}: {exc}", file=sys.stderr)
+    except RunDirUnwritable as exc:  # a full disk, a read-only file system: no run can start there
+        print(f"srl: {exc}", file=sys.stderr)
         return 1
-    if run.layout is not None:
-        _write_layout(run_dir, run.layout)
+    print(f"srl: run directory {run_dir}", file=sys.stderr)
     if run.previous is not None:
-        for line in _changes(run.previous, config):
+        for line in _changes(run.previous, run.config):
             print(f"srl: resuming with {line}", file=sys.stderr)
     try:
         summary = controller.run()
@@ -68,22 +58,6 @@ def _train(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(json.dumps(summary, indent=1))
     return 0 if not summary.get("errors") else 1
-
-
-def _start_fork_server(config: ExperimentConfig) -> None:
-    """Start the worker fork server now: it imports torch on one core while the components'
-    own settings are checked (which imports them) on the other."""
-    if config.launcher == "local":
-        from srl.launch.local import LocalLauncher
-
-        LocalLauncher.prepare()
-
-
-def _write_layout(run_dir: Path, record: dict[str, Any]) -> None:
-    try:
-        RunPaths(run_dir).layout.write_text(json.dumps(record, indent=1))
-    except OSError as exc:
-        print(f"srl: cannot write layout.json in {run_dir}: {exc}", file=sys.stderr)
 
 
 def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:

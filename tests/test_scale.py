@@ -11,24 +11,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import kill_run, srl_command, wait_for
+
 from srl.api.config import SupervisionConfig
-from srl.api.worker import Supervision
+from srl.api.worker import StreamEnd, Supervision, WorkerSpec
 from srl.launch import controller as controller_module
-from srl.launch.supervision import (MAX_HEARTBEATS_PER_S, Supervisor, WorkerState, heartbeat_period,
-                                    silence_timeout)
+from srl.launch.supervision import (FAST_HEARTBEAT_S, HEARTBEAT_S, MAX_HEARTBEATS_PER_S, SMALL_RUN, Supervisor,
+                                    WorkerState, heartbeat_period, silence_timeout)
+from srl.streams.context import ContextSpec
 from srl.streams.link import Received
 from srl.streams.shm import Segment
 from srl.workers.base import Worker
-from srl.streams.context import ContextSpec
-from srl.api.worker import StreamEnd, WorkerSpec
 
 
-@pytest.mark.parametrize("workers", [1, 100, 499, 500, 501, 2000, 10_000, 100_000])
+@pytest.mark.parametrize("workers", [1, 40, 41, 100, 499, 500, 501, 2000, 10_000, 100_000])
 def test_the_controller_is_sent_at_most_2000_heartbeats_a_second_whatever_the_run(workers):
     period = heartbeat_period(workers)
-    assert period >= 0.25  # small runs beat as before
+    assert period == FAST_HEARTBEAT_S if workers <= SMALL_RUN else period >= HEARTBEAT_S
     assert workers / period <= MAX_HEARTBEATS_PER_S + 1e-9
 
 

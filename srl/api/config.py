@@ -228,7 +228,13 @@ class WandbConfig(Section):
 
 
 class LogConfig(Section):
+    #: A row of metrics.jsonl at least this often ...
     report_interval_s: float = Field(1.0, gt=0)
+    #: ... and as soon as the policy is this many versions past the row before (null: on the
+    #: interval alone), so a run of seconds still draws a curve and a sweep can prune on it ...
+    report_every_versions: PositiveInt | None = 1
+    #: ... but rows never closer than this, so a long run of fast versions writes no flood.
+    min_report_interval_s: float = Field(0.1, gt=0)
     tensorboard: bool = True
     progress: bool = True
     #: Absent: no W&B. `log.wandb: {}` or any `log.wandb.<key>=...` override turns it on.

@@ -20,6 +20,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,7 +104,8 @@ class Controller:
         self.stop_reason = ""
         #: Why a write to the run directory failed ("": none did); the run stops with it.
         self.write_error = ""
-        self._interrupted = False
+        #: Why a stop was asked for from outside (Ctrl-C, `srl.start`'s `stop()`); "" while none was.
+        self._stop_requested = ""
         self._progress = Progress(config.log.progress)
         #: The run's env steps as of the last look over every worker (what heartbeats are answered with).
         self.env_steps_seen = 0
@@ -119,7 +121,10 @@ class Controller:
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> dict[str, Any]:
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # Off the main thread (`srl.start`) no handler can be set: `request_stop` ends the run there.
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM)} if on_main_thread else {}
         ctx = self.context.build()
         allow_many_connections()
         self.control = LinkServer(ctx, CONTROL_KEY, self.launcher.control_transport)
@@ -208,19 +213,25 @@ class Controller:
             return "(no log)"
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._interrupted = True
+        self.request_stop("interrupted")
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run as Ctrl-C does, with `reason` (safe from any thread or a signal handler)."""
+        self._stop_requested = self._stop_requested or reason
 
     def _monitor(self) -> None:
-        interval = self.config.log.report_interval_s
+        log_config = self.config.log
+        interval = log_config.report_interval_s
         next_report = time.monotonic() + interval
         last = (time.monotonic(), self.env_steps)
         next_check = 0.0
+        reported_version = 0
         while not self.stop_reason:
             self.launcher.idle()
             self._take_messages(50)
             now = time.monotonic()
-            if self._interrupted:
-                self._stop("interrupted")
+            if self._stop_requested:
+                self._stop(self._stop_requested)
             if now < next_check and not self.stop_reason:
                 continue
             next_check = now + CHECK_EVERY_S
@@ -231,9 +242,13 @@ class Controller:
                 self._stop(reason)
             if not self.stop_reason and (reason := self._stop_rule(now - self.started)):
                 self._stop(reason)
-            if now >= next_report or self.stop_reason:
+            version = policy_version(self.workers.values())
+            new_versions = (log_config.report_every_versions is not None
+                            and version - reported_version >= log_config.report_every_versions
+                            and now - last[0] >= log_config.min_report_interval_s)
+            if now >= next_report or new_versions or self.stop_reason:
                 last = self._report(now, last)
-                next_report = now + interval
+                next_report, reported_version = now + interval, version
 
     def _take_messages(self, wait_ms: int) -> None:
         """Handle what waits on the control link (`MESSAGES_PER_TURN` at most), waiting up to

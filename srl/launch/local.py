@@ -6,11 +6,15 @@ worker (or a restarted one) starts in milliseconds instead of re-importing every
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import socket
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
 
@@ -18,11 +22,32 @@ from srl.api.worker import WorkerSpec
 from srl.launch.launcher import Launcher
 from srl.streams.context import ContextSpec
 
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Hide the parent's `__main__` from multiprocessing while a process starts.
+
+    A worker runs srl's own entry point and never needs it, but multiprocessing would import
+    the parent's script again in every child: a user's script without a `__main__` guard would
+    start its run again there, and `python -` or a notebook's kernel has no file to import.
+    """
+    main = sys.modules["__main__"]
+    with _MAIN_LOCK:
+        saved = {name: getattr(main, name) for name in ("__file__", "__spec__") if hasattr(main, name)}
+        main.__spec__ = None
+        if "__file__" in saved:
+            del main.__file__
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(main, name, value)
+
 
 def _run_worker(spec: WorkerSpec, context: ContextSpec) -> None:
     # Imported here, in the worker: the launcher itself never loads torch.
-    import sys
-
     from srl.workers.entry import run_worker
 
     sys.exit(run_worker(spec, context))
@@ -46,7 +71,8 @@ class LocalLauncher(Launcher):
     def prepare(cls) -> None:
         """Start the fork server (and its imports) ahead of the first worker."""
         mp.get_context("forkserver").set_forkserver_preload(cls.PRELOAD)
-        forkserver.ensure_running()
+        with _main_module_hidden():
+            forkserver.ensure_running()
 
     def place(self, specs: list[WorkerSpec]) -> None:
         """Every worker runs here; nothing to decide."""
@@ -56,7 +82,8 @@ class LocalLauncher(Launcher):
 
     def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
         process = self._mp.Process(target=_run_worker, args=(spec, context), name=spec.name, daemon=False)
-        process.start()
+        with _main_module_hidden():
+            process.start()
         self.processes[spec.name] = process
         return process.pid or 0
 
@@ -97,6 +124,10 @@ class LocalLauncher(Launcher):
         loaded) takes most of a second to wind down after we are gone.
         """
         self.stop_all(0.0)
+        self.stop_fork_server()
+
+    @staticmethod
+    def stop_fork_server() -> None:
         server = getattr(forkserver, "_forkserver", None)
         if server is not None and hasattr(server, "_stop"):  # CPython's own way to stop it and reap it
             server._stop()

@@ -55,7 +55,8 @@ class ActorCriticConfig(Section):
     critic_inputs: list[str] | None = None
     #: Actor and critic share one encoder (the usual choice for a CNN).
     share_encoder: bool = False
-    #: Normalise float observation fields with running statistics updated by the trainer.
+    #: Normalise float observation fields, and uint8 images pixel by pixel, with running
+    #: statistics updated by the trainer.
     obs_norm: bool = False
     #: Initial log standard deviation of a Gaussian action head (continuous actions).
     log_std_init: float = 0.0
@@ -177,6 +178,8 @@ class ActorCriticNet(nn.Module):
             if name not in observation_space.spaces:
                 raise ValueError(f"policy input {name!r} is not an observation field (fields: {fields})")
         self.normalizer = ObsNormalizer(observation_space) if config.obs_norm else None
+        if self.normalizer is not None:
+            observation_space = self.normalizer.output_space(observation_space)
         encoder = ENCODERS[config.encoder]
         self.actor_encoder = encoder({k: observation_space[k] for k in self.actor_inputs})
         same_inputs = self.critic_inputs == self.actor_inputs

@@ -34,6 +34,9 @@ from srl.workers.rounds import RoundsWorker
 
 log = logging.getLogger(__name__)
 
+#: The longest an evaluation round may take for the final version to be evaluated as the run stops
+#: (the controller waits `STOP_GRACE_S`, 10 s, for every worker's goodbye).
+FINAL_ROUND_MAX_S = 4.0
 #: The tag of the checkpoint with the best evaluation score (`checkpoints/best.pt`).
 BEST = "best"
 #: Eval envs take seeds from here on, apart from the actors' (run seed + 100,000 per actor).
@@ -106,6 +109,10 @@ class Evaluator:
     def due(self, now: float) -> bool:
         return self.version >= 0 and self.schedule.due(self.version, now)
 
+    def unevaluated(self) -> bool:
+        """Whether the held version is newer than the last one evaluated."""
+        return self.version >= 0 and self.version != self.schedule.last_version
+
     def evaluate(self, now: float, env_steps: int = 0) -> dict[str, Any]:
         """Play the held version; save it as `best` if it beats the best so far. Returns the metrics.
 
@@ -170,6 +177,12 @@ class EvalWorker(RoundsWorker):
 
     def counts(self) -> dict[str, Any]:
         return {"evaluations": self.evaluator.evaluations, "held_version": self.evaluator.version}
+
+    def last_round_due(self) -> bool:
+        """The final version is evaluated as the run stops, so `best` is the best of the whole run,
+        when a round fits well within the controller's wait for goodbyes (a slow env's would be cut off)."""
+        rounds_are_quick = self.last.get(self.seconds_key, math.inf) <= FINAL_ROUND_MAX_S
+        return hasattr(self, "evaluator") and self.evaluator.unevaluated() and rounds_are_quick
 
     def close_rounds(self) -> None:
         if hasattr(self, "evaluator"):

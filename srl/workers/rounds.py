@@ -55,19 +55,29 @@ class RoundsWorker(Worker):
     def close_rounds(self) -> None:
         raise NotImplementedError
 
+    def last_round_due(self) -> bool:
+        """Whether to play one more round as the run stops (none by default)."""
+        return False
+
     # ------------------------------------------------------------------ the shell
     def poll(self) -> None:
-        got = self.params.poll()
-        if got is not None:
-            version, weights, _ = got
-            self.take(version, weights)
+        self._take_newest()
         self.between_rounds()
         now = time.monotonic()
         if not self.round_due(now):
             self.pause(0.05)
             return
         with self.busy():  # a round can outlast the heartbeat timeout
-            result = self.play_round(now)
+            self._play(now)
+
+    def _take_newest(self) -> None:
+        got = self.params.poll()
+        if got is not None:
+            version, weights, _ = got
+            self.take(version, weights)
+
+    def _play(self, now: float) -> None:
+        result = self.play_round(now)
         self.last = {**result, self.seconds_key: round(time.monotonic() - now, 3)}
         self.unreported = dict(self.last)
         self.log_round(self.last)
@@ -80,5 +90,9 @@ class RoundsWorker(Worker):
 
     def teardown(self) -> None:
         if hasattr(self, "params"):
+            # The goodbye's stats carry this last round into the run's summary.
+            self._take_newest()
+            if self.last_round_due():
+                self._play(time.monotonic())
             self.params.close()
         self.close_rounds()

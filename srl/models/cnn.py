@@ -44,4 +44,5 @@ class NatureCNN(nn.Module):
         self.linear = nn.Sequential(_orthogonal(nn.Linear(flat, self.out_dim)), nn.ReLU())
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.linear(self.convs(obs[self.field].float() * self.scale))
+        x = obs[self.field].float()
+        return self.linear(self.convs(x * self.scale if self.scale != 1.0 else x))

@@ -81,8 +81,9 @@ class ObsNormalizer(nn.Module):
         for k in self.fields:
             dtype = torch.float32 if k in self.images else torch.float64
             mean, var = getattr(self, f"{k}_mean").to(dtype), getattr(self, f"{k}_var").to(dtype)
-            x = (obs[k].to(dtype) - mean) * torch.rsqrt(var + self.eps)
-            out[k] = x.clamp(-self.clip, self.clip).float()
+            # In place on the one fresh copy: a training minibatch of images is millions of values.
+            x = obs[k].to(dtype, copy=True).sub_(mean).mul_(torch.rsqrt(var + self.eps))
+            out[k] = x.clamp_(-self.clip, self.clip).float()
         return out
 
     @torch.no_grad()

@@ -1,10 +1,14 @@
-"""The `srl` command: train, status, bench, evaluate, export, configs, runs, plot."""
+"""The `srl` command: train, sweep, status, bench, evaluate, export, configs, runs, plot."""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -329,6 +333,78 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from srl.sweep import ENV_STEPS, SweepSettings, plot, read_space, resume_sweep, start_sweep, table
+
+    try:
+        if args.resume:
+            sweep = resume_sweep(Path(args.resume), args.trials, args.parallel)
+        else:
+            if not args.config or not args.space:
+                print("srl: config error: sweep: give a CONFIG and --space SPACE.yaml (or --resume DIR)", file=sys.stderr)
+                return EXIT_CONFIG
+            name = Path(args.config).stem
+            directory = Path(args.run_dir or Path("runs") / "sweeps" / name / time.strftime("%Y%m%d-%H%M%S"))
+            settings = SweepSettings(config=args.config, space=read_space(args.space), trials=args.trials or 20,
+                                     parallel=args.parallel or 1, objective=args.objective or ENV_STEPS,
+                                     overrides=list(args.overrides), storage=args.storage,
+                                     report_every=args.report_every, seed=args.seed)
+            sweep = start_sweep(directory, settings)
+    except ConfigError as exc:
+        print(f"srl: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ImportError as exc:
+        print(f"srl: sweep needs Optuna: pip install -e '.[sweep]' ({exc})", file=sys.stderr)
+        return 1
+    print(f"srl: sweep directory {sweep.dir} ({sweep.settings.trials} trials, {sweep.settings.parallel} at once)",
+          file=sys.stderr)
+    previous = {sig: signal.signal(sig, lambda signum, frame: sweep.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        study = sweep.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    rows = table(study, sweep.settings)
+    (sweep.dir / "trials.json").write_text(json.dumps(rows, indent=1))
+    from rich.table import Table
+
+    shown = Table(title=f"{len(rows)} trials in {sweep.dir}")
+    for column in ("trial", "state", sweep.settings.objective, "env steps", *sweep.settings.space):
+        shown.add_column(column, justify="left" if column == "state" else "right")
+    for row in rows:
+        shown.add_row(str(row["trial"]), row["state"], "-" if row["value"] is None else f"{row['value']:,.4g}",
+                      "-" if row["env_steps"] is None else f"{row['env_steps']:,}",
+                      *(f"{row['params'].get(k, '-'):.4g}" if isinstance(row["params"].get(k), float)
+                        else str(row["params"].get(k, "-")) for k in sweep.settings.space))
+    _console().print(shown)
+    finished = [r for r in rows if r["state"] == "complete"]
+    if finished:
+        best = study.best_trial
+        from srl.sweep import as_overrides
+
+        print(f"best: trial {best.number}, {sweep.settings.objective} {best.value:,.4g}: "
+              f"{' '.join(as_overrides(best.params))}")
+        print(f"plot: {plot(rows, sweep.settings, sweep.dir / 'sweep.png')}")
+    if sweep.stopping.is_set():
+        print(f"srl: sweep stopped; srl sweep --resume {sweep.dir} continues it", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _die_with_parent() -> None:
+    """A sweep's trial (SRL_PARENT_PID set): SIGTERM, which stops a run cleanly, when the sweep that
+    started it dies, however it dies (Linux), so no trial runs on unwatched."""
+    parent = os.environ.pop("SRL_PARENT_PID", None)
+    if parent is None or not parent.isdigit():
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # it died before the call above: nothing would tell us
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="srl", description="SRL: really scalable reinforcement learning")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -338,6 +414,21 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--run-dir", help="where to write the run (default runs/<name>/<timestamp>)")
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     train.set_defaults(fn=_train)
+    sweep = sub.add_parser("sweep", help="search a config's hyper-parameters on Optuna, each trial a run")
+    sweep.add_argument("config", nargs="?", help="bundled config name or YAML path")
+    sweep.add_argument("overrides", nargs="*", help="key.sub=value overrides for every trial")
+    sweep.add_argument("--space", metavar="SPACE.yaml", help="config fields and their distributions")
+    sweep.add_argument("--trials", type=int, help="trials in all (default 20)")
+    sweep.add_argument("--parallel", type=int, help="trials at once (default 1)")
+    sweep.add_argument("--run-dir", help="the sweep's directory (default runs/sweeps/<name>/<timestamp>)")
+    sweep.add_argument("--objective", help="env_steps (to the config's stop.episode_return, minimised; the "
+                                            "default) or a number of the run's summary, maximised (eval_return_mean)")
+    sweep.add_argument("--storage", help="an Optuna storage URL (default: sweep.db, SQLite, in the sweep's directory)")
+    sweep.add_argument("--report-every", type=int, metavar="STEPS",
+                       help="env steps between pruning reports (default: stop.env_steps / 100)")
+    sweep.add_argument("--seed", type=int, default=0, help="the sampler's seed")
+    sweep.add_argument("--resume", metavar="DIR", help="continue the sweep in DIR")
+    sweep.set_defaults(fn=_sweep)
     status = sub.add_parser("status", help="show a run's workers")
     status.add_argument("run_dir")
     status.add_argument("--json", action="store_true")
@@ -402,12 +493,13 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("--title", help="the figure's title")
     plot.add_argument("-o", "--output", required=True, metavar="FILE.png", help="image to write (PNG, SVG, PDF...)")
     plot.set_defaults(fn=_plot)
+    _die_with_parent()
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if "=" not in a or a.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
-        if args.command not in ("train", "bench"):
+        if args.command not in ("train", "bench", "sweep"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     try:

@@ -255,3 +255,48 @@ def test_entity_attention_ignores_masked_entities_and_entity_order():
                                hidden=[32])
     batch = NamedArray({k: v.numpy() for k, v in obs.items()})
     assert policy.rollout(batch, NamedArray())[keys.ACTION].shape == (2, 5)
+
+
+def _stale_batches(steps_behind: int = 6):
+    """A policy, and a batch its own version from `steps_behind` updates ago sampled (as an
+    asynchronous actor hands its trainer), the policy since trained on fresh ones."""
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[32])
+    behind = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[32])
+    behind.net.load_state_dict(policy.net.state_dict())
+    ppo = PPO(policy, PPOConfig(lr=3e-3, epochs=4, minibatches=2))
+    stale = sample_batch(behind, T=16, B=8)
+    for _ in range(steps_behind):
+        ppo.step(sample_batch(policy))
+    return policy, stale
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_decoupled_ppo_on_fresh_rows_is_ppo(decoupled):
+    """Rows the learner's own policy just sampled: the proximal policy is the actors', every weight 1."""
+    torch.manual_seed(0)
+    policy = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16])
+    batch = sample_batch(policy)
+    stats = PPO(policy, PPOConfig(epochs=1, minibatches=1, decoupled=decoupled)).step(batch)
+    reference = {"decoupled": decoupled, **stats}
+    torch.manual_seed(0)
+    again = ActorCriticPolicy(OBS_SPACE, SPACES["discrete"], hidden=[16])
+    other = PPO(again, PPOConfig(epochs=1, minibatches=1, decoupled=not decoupled)).step(sample_batch(again))
+    for name in ("policy_loss", "value_loss", "clip_fraction"):
+        assert other[name] == pytest.approx(reference[name], abs=1e-6), (name, reference, other)
+    for a, b in zip(policy.parameters(), again.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_decoupled_ppo_clips_stale_rows_around_the_learner_not_the_actors():
+    """Rows sampled several versions ago: clipped around the actors' policy many start out
+    clipped; around the learner's, the first epoch starts unclipped."""
+    policy, stale = _stale_batches()
+    import copy
+
+    plain, decoupled = copy.deepcopy(policy), copy.deepcopy(policy)
+    one_step = dict(lr=1e-9, epochs=1, minibatches=1)  # (a step too small to move the policy)
+    plain_stats = PPO(plain, PPOConfig(**one_step)).step(stale)
+    decoupled_stats = PPO(decoupled, PPOConfig(**one_step, decoupled=True)).step(stale)
+    assert plain_stats["clip_fraction"] > 0.2, plain_stats
+    assert decoupled_stats["clip_fraction"] == 0.0 and decoupled_stats["approx_kl"] < 1e-6, decoupled_stats

@@ -39,6 +39,17 @@ class PPOConfig(AlgorithmConfig):
     normalize_rewards: bool = False
     #: Anneal the learning rate linearly to zero over this many trained env steps (None: constant).
     anneal_lr_steps: pydantic.PositiveInt | None = None
+    #: Clip each update around the policy as it was when the update began (one more forward pass
+    #: over the batch), not around the actors' older one, and weight each row by how much likelier
+    #: that policy made its action than the actors' did (decoupled PPO: Hilton et al. 2021, "Batch
+    #: size-invariance for policy optimization"). Asynchronous actors sample with a version or two
+    #: behind: clipped around it, many rows start out clipped and teach nothing.
+    decoupled: bool = False
+
+
+#: The largest weight decoupled PPO gives a row (the learner's probability of its action over the
+#: actors'): a rare action of the actors cannot take over a minibatch.
+DECOUPLED_WEIGHT_MAX = 2.0
 
 
 def gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -113,6 +124,10 @@ class PPO(Algorithm):
         losses: dict[str, list[torch.Tensor]] = {"policy_loss": [], "value_loss": [], "entropy": []}
         log_ratios: list[torch.Tensor] = []
         minibatches = Minibatches(batch, advantages, returns, c.minibatches, self.device)
+        if c.decoupled:  # the proximal policy: this update's starting point, for every row at once
+            with torch.no_grad():
+                inputs, _ = minibatches.whole()
+                minibatches.columns["prox_logprob"] = self.policy.analyze(inputs, entropy=False).logprob
         # Without an entropy bonus the entropy is only reported: computing it (and its autograd
         # graph) on every minibatch would cost the learner for nothing, so it then comes from
         # the step's last minibatch alone.
@@ -125,11 +140,16 @@ class PPO(Algorithm):
                 entropy = rows_of(out.entropy).mean() if out.entropy is not None else None
                 old_logprob, old_value = rows_of(inputs["old_logprob"]), rows_of(inputs["old_value"])
                 a, ret = rows_of(inputs["advantages"]), rows_of(inputs["returns"])
-                log_ratio = logprob - old_logprob
-                ratio = log_ratio.exp()
                 if c.normalize_advantages:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - c.clip, 1 + c.clip)).mean()
+                if c.decoupled:
+                    proximal = rows_of(inputs["prox_logprob"])
+                    log_ratio = logprob - proximal
+                    weight = (proximal - old_logprob).exp().clamp(max=DECOUPLED_WEIGHT_MAX)
+                else:
+                    log_ratio, weight = logprob - old_logprob, 1.0
+                ratio = log_ratio.exp()
+                policy_loss = (weight * torch.max(-a * ratio, -a * ratio.clamp(1 - c.clip, 1 + c.clip))).mean()
                 if c.value_clip is None:
                     value_loss = 0.5 * (new_value - ret).pow(2).mean()
                 else:
@@ -223,6 +243,13 @@ class Minibatches:
 
     def __len__(self) -> int:
         return self.units // self.size
+
+    def whole(self):
+        """Every trained row as one minibatch (in order), and its `rows_of`."""
+        if not self.recurrent:
+            return {keys.OBS: self.obs, **self.columns}, _rows
+        return ({keys.OBS: self.obs, **self.columns, keys.RNN_STATE: self.first_state,
+                 keys.EPISODE_START: self.starts}, lambda x: x[self.alive])
 
     def __iter__(self):
         order = torch.randperm(self.units, device=self.device)

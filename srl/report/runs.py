@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,18 +66,23 @@ def read_config(run: Path) -> dict[str, Any]:
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:
     """Every record of `metrics.jsonl`; a line being written (or otherwise unreadable) is skipped."""
-    records = []
     try:
         with open(RunPaths(run).metrics) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    records.append(record)
+            return json_rows(f)
     except OSError:
-        pass
+        return []
+
+
+def json_rows(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The lines that are JSON objects, parsed (others skipped)."""
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 

@@ -189,15 +189,19 @@ class Sweep:
         return optuna.create_study(
             study_name=STUDY, storage=self.storage, load_if_exists=True,
             direction="maximize" if self.settings.maximize else "minimize",
-            sampler=optuna.samplers.TPESampler(seed=self.settings.seed),
-            # Two finished trials before any is pruned; none before its second report.
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1))
+            # Two finished trials before any is pruned; none before its fourth report.
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=3))
 
     def run(self) -> Any:
         from optuna.trial import TrialState
 
+        import optuna
+
         study = self.study()
         trials = study.get_trials(deepcopy=False)
+        # A resumed sweep's sampler starts where no earlier process did: reseeded by the trials
+        # so far, it does not draw the first trials' values again.
+        study.sampler = optuna.samplers.TPESampler(seed=self.settings.seed + len(trials))
         requeued = {t.user_attrs.get("rerun_of") for t in trials}
         for cut_off in trials:
             # Left running by a sweep that was killed, or stopped by Ctrl-C: run it again, once.
@@ -208,15 +212,37 @@ class Sweep:
             if cut_off.number not in requeued:
                 study.enqueue_trial(cut_off.params, user_attrs={"rerun_of": cut_off.number})
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
-        remaining = max(0, self.settings.trials - done)
-        if remaining:
-            study.optimize(self.objective, n_trials=remaining, n_jobs=self.settings.parallel,
-                           catch=(TrialFailed, Interrupted), callbacks=[self._stop_when_asked])
+        self.remaining = max(0, self.settings.trials - done)
+        # Our own ask-run-tell loop on `parallel` threads, not `study.optimize(n_jobs=...)`: its
+        # threads can both take one enqueued trial (a rerun) and run it twice.
+        threads = [threading.Thread(target=self._trials, args=(study,), name=f"sweep {i}", daemon=True)
+                   for i in range(self.settings.parallel)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)  # (the main thread stays free for Ctrl-C's handler)
         return study
 
-    def _stop_when_asked(self, study: Any, trial: Any) -> None:
-        if self.stopping.is_set():
-            study.stop()
+    def _trials(self, study: Any) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        while not self.stopping.is_set():
+            with self.lock:
+                if self.remaining <= 0:
+                    return
+                self.remaining -= 1
+                trial = study.ask()
+            try:
+                value = self.objective(trial)
+            except optuna.TrialPruned:
+                study.tell(trial, state=TrialState.PRUNED)
+            except (Interrupted, TrialFailed) as exc:
+                print(f"srl: sweep: trial {trial.number}: {exc}", file=sys.stderr)
+                study.tell(trial, state=TrialState.FAIL)
+            else:
+                study.tell(trial, value)
 
     def stop(self) -> None:
         """Stop every running trial (as Ctrl-C stops a run) and start no other."""
@@ -340,7 +366,7 @@ def resume_sweep(directory: Path, trials: int | None = None, parallel: int | Non
 
 def table(study: Any, settings: SweepSettings) -> list[dict[str, Any]]:
     """One row per trial: number, state, objective, env steps, parameters."""
-    return [{"trial": t.number, "state": t.state.name.lower(), "value": t.value,
+    return [{"trial": t.number, "state": t.state.name.lower(), "value": t.value if t.state.name == "COMPLETE" else None,
              "env_steps": t.user_attrs.get("env_steps"), "pruned_at": t.user_attrs.get("pruned_at"),
              "params": dict(t.params)} for t in study.get_trials(deepcopy=False)]
 

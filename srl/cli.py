@@ -334,7 +334,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from srl.sweep import ENV_STEPS, SweepSettings, plot, read_space, resume_sweep, start_sweep, table
+    from srl.sweep import ENV_STEPS, SweepSettings, as_overrides, plot, read_space, resume_sweep, start_sweep, table
 
     try:
         if args.resume:
@@ -364,7 +364,7 @@ def _sweep(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    rows = table(study, sweep.settings)
+    rows = table(study)
     (sweep.dir / "trials.json").write_text(json.dumps(rows, indent=1))
     from rich.table import Table
 
@@ -380,8 +380,6 @@ def _sweep(args: argparse.Namespace) -> int:
     finished = [r for r in rows if r["state"] == "complete"]
     if finished:
         best = study.best_trial
-        from srl.sweep import as_overrides
-
         print(f"best: trial {best.number}, {sweep.settings.objective} {best.value:,.4g}: "
               f"{' '.join(as_overrides(best.params))}")
         print(f"plot: {plot(rows, sweep.settings, sweep.dir / 'sweep.png')}")

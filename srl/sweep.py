@@ -364,7 +364,7 @@ def resume_sweep(directory: Path, trials: int | None = None, parallel: int | Non
     return Sweep(directory, settings)
 
 
-def table(study: Any, settings: SweepSettings) -> list[dict[str, Any]]:
+def table(study: Any) -> list[dict[str, Any]]:
     """One row per trial: number, state, objective, env steps, parameters."""
     return [{"trial": t.number, "state": t.state.name.lower(), "value": t.value if t.state.name == "COMPLETE" else None,
              "env_steps": t.user_attrs.get("env_steps"), "pruned_at": t.user_attrs.get("pruned_at"),

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 
+from srl.api.agents import DEFAULT_POLICY
 from srl.api.config import load
 from srl.api.env import spaces_of
 from srl.data import keys
@@ -50,7 +51,8 @@ def _time(policy: Any, ring: EnvRing, request: Any, seconds: float, with_env: bo
         forward_s += time.perf_counter() - t
         calls += 1
         if with_env:
-            request, _ = ring.step(0, reply)
+            requests, _ = ring.step(0, {DEFAULT_POLICY: reply})
+            request = requests[DEFAULT_POLICY]
     elapsed = time.perf_counter() - start
     return forward_s / calls * 1e6, (ring.env_steps - steps_before) / elapsed, request
 
@@ -60,7 +62,7 @@ def measure(config_name: str, seconds: float, rounds: int) -> dict[str, Any]:
     numpy_path = policy._numpy
     if numpy_path is None:
         raise SystemExit(f"{config_name}: its policy has no NumPy acting path (a CNN, an LSTM or a GPU)")
-    request = ring.start(0)
+    request = ring.start(0)[DEFAULT_POLICY]
     paths = {"torch": None, "numpy": numpy_path}
     results: dict[str, dict[str, list[float]]] = {p: {"tight_us": [], "actor_us": [], "actor_steps_s": []} for p in paths}
     for _ in range(rounds):

@@ -50,6 +50,7 @@ import numpy as np
 import psutil
 import zmq
 
+from srl.api.agents import DEFAULT_POLICY
 from srl.launch.local import LocalLauncher
 from srl.workers.actor import ActorWorker
 from srl.workers.base import CONTROL_CHECK_S
@@ -111,8 +112,11 @@ class SimulatedActor(ActorWorker):
         self.connect()
         self.setup()
         self.heartbeat(force=True)
+        # One policy: its one inference client and sample producer, driven here directly.
+        self.remote = self.inference.clients[DEFAULT_POLICY]
+        self.producer = self.samples.producers[DEFAULT_POLICY]
         loop = asyncio.get_running_loop()
-        self.ready = [Readiness(loop, link.socket) for link in (self._control, self.inference.link, self.samples.link)]
+        self.ready = [Readiness(loop, link.socket) for link in (self._control, self.remote.link, self.producer.link)]
         acting = asyncio.ensure_future(self._act(clients))
         try:
             await self._beat(clients)
@@ -150,21 +154,21 @@ class SimulatedActor(ActorWorker):
         while True:
             if not await inference.wait(1.0):
                 continue
-            while (got := self.inference.reply(0)) is not None:
+            while (got := self.remote.reply(0)) is not None:
                 slot, reply = got
-                clients.answered(time.monotonic() - self.inference.sent_at[slot])
+                clients.answered(time.monotonic() - self.remote.sent_at[slot])
                 await asyncio.sleep(step_s)  # the env's step
-                request, trajectory = self.ring.step(slot, reply)
-                if trajectory is not None:
+                requests, trajectories = self.ring.step(slot, {DEFAULT_POLICY: reply})
+                if trajectories is not None:
                     self.waiting_on = "samples"
-                    while not self.samples.try_put(trajectory, {"actor": self.name}):
+                    while not self.producer.try_put(trajectories[DEFAULT_POLICY], {"actor": self.name}):
                         await samples.wait(0.1)
                     self.waiting_on = ""
                     self.trajectories += 1
                     clients.sent_trajectory()
                 if clients.draining:
                     return
-                self.inference.request(slot, request)
+                self.remote.request(slot, requests[DEFAULT_POLICY])
                 clients.requests += 1
 
 
@@ -268,12 +272,12 @@ class Clients:
     async def _drain(self) -> None:
         """Ask nothing more; wait until every request sent is answered (or `DRAIN_S`), then report."""
         deadline = time.monotonic() + DRAIN_S
-        while time.monotonic() < deadline and any(a.inference.pending for a in self.actors.values()):
+        while time.monotonic() < deadline and any(a.remote.pending for a in self.actors.values()):
             await asyncio.sleep(0.1)
         for actor in self.actors.values():
             actor.samples.poll(0)  # take the credits that came back
         report = {"pid": os.getpid(), "actors": len(self.actors), "requests": self.requests,
-                  "lost_requests": sum(len(a.inference.pending) for a in self.actors.values()),
+                  "lost_requests": sum(len(a.remote.pending) for a in self.actors.values()),
                   "lost_trajectories": sum(a.samples.in_flight for a in self.actors.values()),
                   "trajectories": self.trajectories, "errors": self.errors,
                   "latencies": self.latencies, "heartbeat_latencies": self.heartbeat_latencies,

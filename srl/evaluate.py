@@ -22,21 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from srl.api.agents import AgentRouter
 from srl.api.components import make_env, make_policy
 from srl.api.config import ExperimentConfig, run_config
-from srl.api.env import spaces_of
 from srl.api.policy import Policy
 from srl.api.run_paths import RunPaths
-from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.render import Video, headless_rendering
 from srl.envs.slots import EnvSlot
 from srl.learn import checkpoint
-from srl.workers.play import Evaluation, play, play_grouped
+from srl.workers.play import Evaluation, play
 
 SOURCES = ("latest", "best", "initial", "random")
 
@@ -126,45 +123,25 @@ def evaluate(run_dir: str | Path, episodes: int = 100, envs: int = 8, agents: Ma
     recorder = None
     if video is not None:
         made[0] = recorder = video.record(made[0], name)
+    policy_of = None
     if config.policies:
-        return _evaluate_policies(run_dir, config, made, seed, name, episodes, agents or {}, deterministic,
-                                  default_source, recorder, allow_non_finite)
-    slot = EnvSlot(made, [seed + j for j in range(envs)], name)
+        policy_of = AgentRouter.from_rules(made[0].agent_ids, [(r.match, r.policy) for r in config.agents],
+                                           config.policies).policy_of
+    slot = EnvSlot(made, [seed + j for j in range(envs)], name, policy_of=policy_of)
     try:
         chosen = _row_sources(slot.agents, agents or {}, default_source)
-        policies: dict[str, Policy] = {}
-        labels: dict[str, str] = {}
-        for source in sorted(set(chosen.values())):
-            policies[source], labels[source] = policy_for(source, run_dir, config, spaces_of(made[0]),
-                                                          allow_non_finite=allow_non_finite)
-        # rows are env-major, then agent: row j * n_agents + a is agent a of env j
-        rows_of = {source: np.array([r for r in range(slot.rows) if chosen[slot.agents[r % slot.n_agents]] == source])
-                   for source in policies}
-        return play(slot, policies, rows_of, episodes, deterministic, {a: labels[chosen[a]] for a in slot.agents},
-                    recorder)
-    finally:
-        slot.close()
-
-
-def _evaluate_policies(run_dir: Path, config: ExperimentConfig, made: list, seed: int, name: str, episodes: int,
-                       agents: Mapping[str, str], deterministic: bool, default_source: str,
-                       recorder: Any, allow_non_finite: bool) -> Evaluation:
-    """`evaluate` for a run of several policies: each agent plays its own policy from its source
-    (`latest`: that policy's newest checkpoint, in `checkpoints/<policy>/`)."""
-    router = AgentRouter.from_rules(made[0].agent_ids, [(r.match, r.policy) for r in config.agents],
-                                    config.policies)
-    slot = GroupedSlot(made, [seed + j for j in range(len(made))], router, name)
-    try:
-        chosen = _row_sources(slot.agents, agents, default_source)
         players: dict[str, tuple[str, Policy, np.ndarray]] = {}
         labels: dict[str, str] = {}
         for policy_name, group in slot.groups.items():
             for source in sorted({chosen[a] for a in group.agents}):
-                policy, label = policy_for(source, run_dir, config, group.spaces, policy_name, allow_non_finite)
+                policy, label = policy_for(source, run_dir, config, group.spaces, policy_name or None,
+                                           allow_non_finite)
                 # the policy's rows are env-major, then its agents: row i is agent i % len(agents)
                 rows = [i for i in range(group.rows) if chosen[group.agents[i % len(group.agents)]] == source]
                 players[f"{policy_name}:{source}"] = (policy_name, policy, np.array(rows))
-                labels.update({a: f"{policy_name}/{label}" for a in group.agents if chosen[a] == source})
-        return play_grouped(slot, players, episodes, deterministic, {a: labels[a] for a in slot.agents}, recorder)
+                # a label names the policy only where there are several
+                labels.update({a: f"{policy_name}/{label}" if policy_of else label
+                               for a in group.agents if chosen[a] == source})
+        return play(slot, players, episodes, deterministic, {a: labels[a] for a in slot.agents}, recorder)
     finally:
         slot.close()

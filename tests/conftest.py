@@ -137,3 +137,18 @@ def train_inline(run_dir: Path, config_name: str, *overrides: str, until=None, w
         assert outcome == ["met"], f"{what}: {outcome or 'the run ended first'}; summary {summary}"
         assert summary["stop_reason"] == "interrupted", summary
     return summary
+
+
+def start_one(ring, slot: int):
+    """`ring.start` of a ring of one policy: its first request alone."""
+    from srl.api.agents import DEFAULT_POLICY
+
+    return ring.start(slot)[DEFAULT_POLICY]
+
+
+def step_one(ring, slot: int, reply):
+    """`ring.step` of a ring of one policy: (its next request, its finished trajectory or None)."""
+    from srl.api.agents import DEFAULT_POLICY
+
+    requests, trajectories = ring.step(slot, {DEFAULT_POLICY: reply})
+    return requests[DEFAULT_POLICY], (trajectories or {}).get(DEFAULT_POLICY)

@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import start_one, step_one
+from test_ppo import sample_batch
 
 from srl.algorithms.appo import APPO, APPOConfig, current_estimates, vtrace
 from srl.algorithms.ppo import PPO, gae
@@ -20,7 +22,6 @@ from srl.envs.slots import EnvSlot
 from srl.models.actor_critic import ActorCriticPolicy
 from srl.streams.inference import serve
 from srl.workers.env_ring import EnvRing
-from test_ppo import sample_batch
 
 
 # ---------------------------------------------------------------------------- V-trace, element by element
@@ -145,9 +146,9 @@ def ring_batch(policy: ActorCriticPolicy, trajectories: int = 3, T: int = 8) -> 
     longer than the first's: boundaries mid-trajectory and dead rows (alive = 0)."""
     envs = [FakeEnv(n_agents=2, agent_lengths=[3, 5]) for _ in range(2)]
     ring = EnvRing([EnvSlot(envs, seeds=[1, 2])], T, policy.initial_state)
-    request, batches = ring.start(0), []
+    request, batches = start_one(ring, 0), []
     while len(batches) < trajectories:
-        request, trajectory = ring.step(0, serve(policy, request))
+        request, trajectory = step_one(ring, 0, serve(policy, request))
         if trajectory is not None:
             batches.append(trajectory)
     batch = concat(batches, axis=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import start_one, step_one
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -46,13 +47,13 @@ def build(n_slots: int, envs_per_slot: int, n_agents: int, episode_length: int, 
 def drive(ring: EnvRing, steps: int, seed: int = 0):
     """Answer slots in a random interleaving; returns {slot: [trajectories]} and the number of replies."""
     rng = np.random.default_rng(seed)
-    pending = {s: ring.start(s).copy() for s in range(ring.size)}
+    pending = {s: start_one(ring, s).copy() for s in range(ring.size)}
     trajectories: dict[int, list[NamedArray]] = {s: [] for s in range(ring.size)}
     version = 0
     for _ in range(steps):
         s = int(rng.integers(ring.size))
         version += 1
-        request, trajectory = ring.step(s, reply_for(pending[s], version))
+        request, trajectory = step_one(ring, s, reply_for(pending[s], version))
         pending[s] = request.copy()
         assert set(request.keys()) == {keys.OBS}  # no RNN state for a stateless policy
         if trajectory is not None:
@@ -62,7 +63,7 @@ def drive(ring: EnvRing, steps: int, seed: int = 0):
 
 def test_first_request_is_the_reset_observation():
     ring, _ = build(n_slots=2, envs_per_slot=3, n_agents=2, episode_length=5, T=4)
-    request = ring.start(1)
+    request = start_one(ring, 1)
     obs = request[keys.OBS][keys.OBS]
     assert obs.shape == (6, 3) and obs.dtype == np.float32
     tags = [400 + 0, 400 + 1, 500, 501, 600, 601]  # slot 1 holds envs 3..5: seeds 400, 500, 600
@@ -154,14 +155,14 @@ def test_episode_end_truncates_resets_and_reports_returns():
         return NamedArray({keys.ACTION: action, keys.LOGPROB: zeros, keys.VALUE: zeros,
                            keys.VERSION: np.zeros(len(obs), np.int64)})
 
-    pending = {s: ring.start(s) for s in range(2)}
+    pending = {s: start_one(ring, s) for s in range(2)}
     assert ring.pop_episodes() == ([], [])
     for _ in range(L - 1):
         for s in range(2):
-            pending[s], _ = ring.step(s, reply(pending[s]))
+            pending[s], _ = step_one(ring, s, reply(pending[s]))
     assert ring.pop_episodes() == ([], [])  # nobody finished yet
     for s in range(2):
-        pending[s], _ = ring.step(s, reply(pending[s]))
+        pending[s], _ = step_one(ring, s, reply(pending[s]))
         # the envs were reset: the next request is a fresh first observation
         obs = pending[s][keys.OBS][keys.OBS]
         np.testing.assert_array_equal(obs[:, 1], 0)
@@ -180,7 +181,7 @@ def test_episode_end_truncates_resets_and_reports_returns():
     # a second round of episodes, same returns; env tags survive the reset
     for _ in range(L):
         for s in range(2):
-            pending[s], _ = ring.step(s, reply(pending[s]))
+            pending[s], _ = step_one(ring, s, reply(pending[s]))
     returns, lengths = ring.pop_episodes()
     assert sorted(returns) == [0.0, 0.0, float(L), float(L)]
     assert [env.tag for env in envs] == [10, 11, 12, 13]
@@ -197,13 +198,13 @@ def test_rnn_state_is_fed_forward_recorded_and_reset_at_episode_end():
     initial = lambda rows: NamedArray({"h": np.full((rows, 2), -1.0, np.float32)})  # noqa: E731
     slot = EnvSlot([FakeEnv(n_agents=2, n_actions=N_ACTIONS, episode_length=3) for _ in range(2)], [100, 200])
     ring = EnvRing([slot], trajectory_length=4, initial_state=initial)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     assert (request[keys.RNN_STATE]["h"] == -1).all()
     for step in range(1, 9):
         reply = reply_for(request, step)
         # A counter state: every row's state is the number of steps since its episode began.
         reply[keys.RNN_STATE] = NamedArray({"h": np.maximum(request[keys.RNN_STATE]["h"], 0) + 1})
-        request, trajectory = ring.step(0, reply)
+        request, trajectory = step_one(ring, 0, reply)
         t_in_episode = step % 3  # FakeEnv truncates after 3 steps, then resets
         expected = -1.0 if t_in_episode == 0 else float(t_in_episode)
         assert (request[keys.RNN_STATE]["h"] == expected).all(), (step, request[keys.RNN_STATE]["h"])
@@ -216,10 +217,10 @@ def test_rnn_state_is_fed_forward_recorded_and_reset_at_episode_end():
 def test_agents_that_finish_early_are_masked_until_the_env_resets():
     env = FakeEnv(n_agents=2, n_actions=N_ACTIONS, agent_lengths=[2, 4])
     ring = EnvRing([EnvSlot([env], [100])], trajectory_length=6)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     trajectory = None
     for step in range(1, 8):
-        request, trajectory = ring.step(0, reply_for(request, step))
+        request, trajectory = step_one(ring, 0, reply_for(request, step))
         if trajectory is not None:
             break
     alive = trajectory[keys.ALIVE]
@@ -242,9 +243,9 @@ def test_env_reported_episode_returns_replace_summed_rewards():
             return steps
 
     ring = EnvRing([EnvSlot([Reporting(episode_length=3, n_actions=N_ACTIONS)], [100])], trajectory_length=4)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     for step in range(1, 7):
-        request, _ = ring.step(0, reply_for(request, step))
+        request, _ = step_one(ring, 0, reply_for(request, step))
     assert ring.pop_episodes()[0] == [123.0, 123.0]
 
 
@@ -272,10 +273,10 @@ def test_bad_env_output_names_env_agent_and_field(fault, message):
 
     slot = EnvSlot([_Broken(fault, n_agents=2, n_actions=N_ACTIONS)], [100], name="Broken-v0")
     ring = EnvRing([slot], trajectory_length=8)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     with pytest.raises(BadEnvOutput) as error:
         for step in range(1, 6):
-            request, _ = ring.step(0, reply_for(request, step))
+            request, _ = step_one(ring, 0, reply_for(request, step))
     text = str(error.value)
     assert "Broken-v0" in text and "agent_1" in text and "'obs'" in text and message in text
 
@@ -283,9 +284,9 @@ def test_bad_env_output_names_env_agent_and_field(fault, message):
 def test_nan_output_can_skip_the_episode_instead():
     slot = EnvSlot([_Broken("nan", n_actions=N_ACTIONS, episode_length=100)], [100], on_bad_output="skip_episode")
     ring = EnvRing([slot], trajectory_length=8)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     for step in range(1, 6):
-        request, _ = ring.step(0, reply_for(request, step))
+        request, _ = step_one(ring, 0, reply_for(request, step))
     assert slot.skipped_episodes == 1
     assert np.isfinite(request[keys.OBS][keys.OBS]).all()
 
@@ -294,8 +295,8 @@ def test_an_action_outside_the_space_is_a_clear_error():
     from srl.envs.checks import BadAction
 
     ring = EnvRing([EnvSlot([FakeEnv(n_actions=3)], [100], name="Fake-v0")], trajectory_length=4)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     reply = reply_for(request, 1)
     reply[keys.ACTION] = np.array([7])
     with pytest.raises(BadAction, match="Fake-v0.*outside the action space"):
-        ring.step(0, reply)
+        step_one(ring, 0, reply)

@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("envpool", reason="the envpool extra is not installed (pip install -e '.[envpool]')")
 
+from srl.api.agents import DEFAULT_POLICY
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.envpool_slot import EnvPoolSlot, envpool_task  # noqa: E402
 from srl.envs.slots import SlotStep  # noqa: E402
@@ -22,7 +23,8 @@ def _buffers(slot: EnvPoolSlot) -> tuple[NamedArray, np.ndarray]:
 def _step(slot: EnvPoolSlot, actions: np.ndarray) -> tuple[SlotStep, list[tuple[float, int]]]:
     obs, alive = _buffers(slot)
     out = SlotStep(np.zeros(slot.rows, np.float32), np.zeros(slot.rows, bool), np.zeros(slot.rows, bool), alive, obs)
-    return out, slot.step(actions, out)
+    finished, _ = slot.step({DEFAULT_POLICY: actions}, {DEFAULT_POLICY: out})
+    return out, finished
 
 
 def test_atari_ids_and_args_translate():
@@ -43,7 +45,7 @@ def test_atari_slot_interface_life_loss_and_true_score():
     assert slot.obs_fields == {"obs": ((4, 84, 84), np.dtype(np.uint8))}
     assert slot.spaces[1].n == 6
     obs, alive = _buffers(slot)
-    slot.reset_all(obs, alive)
+    slot.reset_all({DEFAULT_POLICY: obs}, {DEFAULT_POLICY: alive})
     assert alive.all() and obs["obs"].any()
 
     rng = np.random.default_rng(0)
@@ -71,7 +73,8 @@ def test_atari_slot_interface_life_loss_and_true_score():
 def test_gym_id_returns_are_reward_sums():
     slot = EnvPoolSlot({"type": "gym", "id": "CartPole-v1", "args": {}}, n_envs=4, seed=0)
     assert slot.obs_fields["obs"][0] == (4,)
-    slot.reset_all(*_buffers(slot))
+    obs, alive = _buffers(slot)
+    slot.reset_all({DEFAULT_POLICY: obs}, {DEFAULT_POLICY: alive})
     episodes = []
     for _ in range(200):
         _, finished = _step(slot, np.zeros(4, np.int64))  # always left: short episodes

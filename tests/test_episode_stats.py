@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import start_one, step_one
 
 from srl.api.env import EPISODE_STATS, AgentStep
 from srl.data import keys
@@ -37,11 +38,11 @@ class CountingEnv(FakeEnv):
 def test_stats_of_finished_episodes_come_out_of_the_ring_once():
     slots = [EnvSlot([CountingEnv(), CountingEnv()], seeds=[10 * k + 1, 10 * k + 2]) for k in range(2)]
     ring = EnvRing(slots, trajectory_length=4)
-    requests = {s: ring.start(s) for s in range(ring.size)}
+    requests = {s: start_one(ring, s) for s in range(ring.size)}
     for _ in range(12):  # 12 steps per slot: two whole episodes of every env, and two steps of a third
         for s in range(ring.size):
             rows = requests[s][keys.OBS][keys.OBS].shape[0]
-            requests[s], _ = ring.step(s, NamedArray({keys.ACTION: np.zeros(rows, np.int64)}))
+            requests[s], _ = step_one(ring, s, NamedArray({keys.ACTION: np.zeros(rows, np.int64)}))
     returns, _ = ring.pop_episodes()
     stats = ring.pop_episode_stats()
     assert set(stats) == {"episode", "tag"} and len(stats["episode"]) == len(returns) == 8

@@ -22,7 +22,7 @@ from srl.learn import checkpoint
 from srl.api.worker import StreamEnd
 from srl.api.components import make_policy
 from srl.workers.evaluator import BestScore, EvalSchedule, Evaluator
-from srl.workers.play import play
+from srl.workers.play import play_policy
 
 ENV = EnvConfig(type="fake", args={"n_actions": 3, "episode_length": 6})
 POLICY = ComponentConfig(type="actor_critic", args={"hidden": [16]})
@@ -85,7 +85,7 @@ def test_each_env_plays_its_share_so_short_episodes_are_not_favoured():
     slot = EnvSlot([UnevenEnv(), UnevenEnv()], seeds=[0, 1])
     policy = make_policy(POLICY, *slot.spaces)
     for _ in range(2):  # played again, the slot starts its episodes afresh (none half-counted from before)
-        result = play(slot, {"p": policy}, {"p": np.arange(slot.rows)}, episodes=4, deterministic=True, labels={})
+        result = play_policy(slot, policy, episodes=4, deterministic=True)
         # Whichever end first would be four 3-step episodes of env 0; each env plays two instead.
         assert result.episodes == 4 and result.length_mean == (3 + 3 + 20 + 20) / 4
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import start_one, step_one
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.envs.checks import BadEnvOutput
 from srl.envs.fake import FakeEnv
 from srl.envs.gym import GymEnv
 from srl.envs.gym_slot import GymSlot
-from srl.envs.checks import BadEnvOutput
 from srl.envs.slot_builder import make_slots
 from srl.envs.slots import EnvSlot
 from srl.workers.env_ring import EnvRing
@@ -47,13 +48,13 @@ class Faulty(gym.Env):
 def run(slot_type, make, n_envs: int, steps: int, actions, T: int = 8):
     envs = [make() for _ in range(n_envs)]
     ring = EnvRing([slot_type(envs, [10 + j for j in range(n_envs)], name="Test-v0")], T)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     trajectories = []
     for t in range(steps):
         action = actions(request[keys.OBS], t)
         reply = NamedArray({keys.ACTION: action, keys.LOGPROB: np.zeros(n_envs, np.float32),
                             keys.VALUE: np.zeros(n_envs, np.float32), keys.VERSION: np.full(n_envs, t)})
-        request, trajectory = ring.step(0, reply)
+        request, trajectory = step_one(ring, 0, reply)
         if trajectory is not None:
             trajectories.append(trajectory)
     return trajectories, ring.pop_episodes()
@@ -116,10 +117,10 @@ def test_bad_output_is_the_same_clear_error(fault, message):
 def test_nan_can_skip_the_episode():
     slot = GymSlot([GymEnv("test_gym_slot:Faulty", fault="nan", episode_length=100)], [1], on_bad_output="skip_episode")
     ring = EnvRing([slot], trajectory_length=8)
-    request = ring.start(0)
+    request = start_one(ring, 0)
     for t in range(5):  # the observation goes bad at the third step
         reply = NamedArray({keys.ACTION: np.array([0]), keys.VERSION: np.array([t])})
-        request, _ = ring.step(0, reply)
+        request, _ = step_one(ring, 0, reply)
     assert slot.skipped_episodes == 1 and np.isfinite(request[keys.OBS]["count"]).all()
 
 

@@ -8,9 +8,10 @@ import pytest
 
 pettingzoo = pytest.importorskip("pettingzoo", reason="needs the pettingzoo extra: pip install -e '.[pettingzoo]'")
 
+from srl.api.agents import DEFAULT_POLICY
+from srl.api.components import make_env  # noqa: E402
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.pettingzoo import PettingZooEnv  # noqa: E402
-from srl.api.components import make_env  # noqa: E402
 from srl.envs.slots import EnvSlot, SlotStep  # noqa: E402
 
 #: Mean return of the uniformly random policy on simple_spread (N=3, max_cycles=25, local_ratio
@@ -124,13 +125,13 @@ def test_env_ring_masks_the_finished_agent_and_resets_when_all_are_done():
     slot = EnvSlot([env], seeds=[0])
     obs = NamedArray({k: np.zeros((2, *s.shape), s.dtype) for k, s in env.observation_space("a").spaces.items()})
     alive = np.zeros(2, bool)
-    slot.reset_all(obs, alive)
+    slot.reset_all({DEFAULT_POLICY: obs}, {DEFAULT_POLICY: alive})
     assert alive.all()
     history = []
     for _ in range(5):
         out = SlotStep(np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2, bool),
                        NamedArray({k: v.copy() for k, v in obs.items_flat()}))
-        finished = slot.step(np.array([1, 1]), out)
+        finished, _ = slot.step({DEFAULT_POLICY: np.array([1, 1])}, {DEFAULT_POLICY: out})
         history.append((out.alive.tolist(), out.terminated.tolist(), out.truncated.tolist(), list(out.reset_rows), finished))
     assert [h[0] for h in history] == [[True, True], [False, True], [False, True], [True, True], [True, True]]
     assert history[1][1] == [True, False]  # a terminated at step 2

@@ -20,10 +20,9 @@ from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.fake import TeamsEnv
-from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import EnvSlot
-from srl.workers.env_ring import JointRing
-from srl.workers.play import play_grouped
+from srl.workers.env_ring import EnvRing
+from srl.workers.play import play
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"
 TEAMS = "srl.envs.fake:TeamsEnv"
@@ -134,16 +133,15 @@ def test_rules_first_match_wins_and_rows_follow_the_env_order():
 
 
 def test_each_policys_rows_get_its_agents_observations_and_its_actions_reach_its_agents():
-    """Two envs of one scout and two guards, stepped through the joint ring: every trajectory
+    """Two envs of one scout and two guards, stepped through the ring: every trajectory
     of a policy holds only its team's rows (marker, observation size), and each policy's
     actions reach its own agents (the right action earns 1, so every reward is 1)."""
     envs = [TeamsEnv(scouts=1, guards=2, episode_length=5) for _ in range(2)]
     router = AgentRouter.from_rules(envs[0].agent_ids, [("scout_*", "scouts"), ("guard_*", "guards")])
-    slot = GroupedSlot(envs, [0, 1], router, name="teams")
+    slot = EnvSlot(envs, [0, 1], name="teams", policy_of=router.policy_of)
     assert {p: (g.rows, g.obs_fields[keys.OBS][0]) for p, g in slot.groups.items()} == {
         "scouts": (2, (3,)), "guards": (4, (5,))}
-    ring = JointRing([slot], trajectory_length=4, initial_states={"scouts": lambda n: NamedArray(),
-                                                                  "guards": lambda n: NamedArray()})
+    ring = EnvRing([slot], trajectory_length=4)
     requests = ring.start(0)
     trajectories = {"scouts": [], "guards": []}
     n_actions = {"scouts": 2, "guards": 4}
@@ -201,11 +199,11 @@ def test_playing_several_policies_reports_each_policys_return():
     policy's return is its own agents'; the episode's is the mean over all agents."""
     envs = [TeamsEnv(scouts=1, guards=2, episode_length=8) for _ in range(3)]
     router = AgentRouter.from_rules(envs[0].agent_ids, [("scout_*", "scouts"), ("guard_*", "guards")])
-    slot = GroupedSlot(envs, [0, 1, 2], router, name="teams")
+    slot = EnvSlot(envs, [0, 1, 2], name="teams", policy_of=router.policy_of)
     scouts = _TimeKeeper(*slot.groups["scouts"].spaces)
     guards = _TimeKeeper(*slot.groups["guards"].spaces, constant=3)
-    played = play_grouped(slot, {"s": ("scouts", scouts, np.arange(3)), "g": ("guards", guards, np.arange(6))},
-                          episodes=6, deterministic=True, labels={})
+    played = play(slot, {"s": ("scouts", scouts, np.arange(3)), "g": ("guards", guards, np.arange(6))},
+                  episodes=6, deterministic=True, labels={})
     assert played.episodes == 6 and played.length_mean == 8
     assert played.policy_returns == {"scouts": 8.0, "guards": 2.0}  # actions right at t = 4 and 8: (t - 1) % 4 == 3
     assert played.return_mean == pytest.approx((8 + 2 * 2) / 3)

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metrics_lines, run_workers, train_inline
+from conftest import metrics_lines, run_workers, start_one, step_one, train_inline
 
-from srl.api.config import ConfigError, validate
+from srl.api.components import make_policy
+from srl.api.config import ConfigError, EnvConfig, SelfPlayConfig, validate
 from srl.api.env import AgentStep
-from srl.prepare import resolve_graph as resolve
 from srl.api.policy import Analysis, Policy
+from srl.api.run_paths import RunPaths
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.duel import DuelEnv
@@ -22,13 +23,11 @@ from srl.envs.fake import FakeEnv
 from srl.envs.slots import EnvSlot
 from srl.league import selection
 from srl.league.match import outcome, play_games, split_agents
-from srl.api.run_paths import RunPaths
 from srl.league.pool import Entry, Pool
 from srl.league.rating import Rating, Ratings
-from srl.streams.inference import InlineInference
 from srl.learn import checkpoint
-from srl.api.components import make_policy
-from srl.api.config import EnvConfig, SelfPlayConfig
+from srl.prepare import resolve_graph as resolve
+from srl.streams.inference import InlineInference
 from srl.workers.league import INITIAL, League
 from srl.workers.opponents import SelfPlay
 
@@ -292,13 +291,13 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
     learner.version = 7
     inference = self_play.wrap(InlineInference(learner, None))
     ring = EnvRing([slot], trajectory_length=4)
-    inference.request(0, ring.start(0))
+    inference.request(0, start_one(ring, 0))
     _, reply = inference.reply(0)
     assert list(reply[keys.ACTION]) == [1] * 6  # an empty pool: the learner plays every row
 
     _freeze(pool, c=3, version=0)
     self_play.last_try = -np.inf
-    request, _ = ring.step(0, reply)
+    request, _ = step_one(ring, 0, reply)
     inference.request(0, request)
     _, reply = inference.reply(0)
     assert list(reply[keys.ACTION]) == [1, 3, 1, 1, 3, 1]  # rows env-major: agent_1 is the opponent
@@ -308,7 +307,7 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
     _freeze(pool, c=4, version=10)
     trajectory = None
     while trajectory is None:
-        request, trajectory = ring.step(0, reply)
+        request, trajectory = step_one(ring, 0, reply)
         inference.request(0, request)
         _, reply = inference.reply(0)
     samples = self_play.samples_of(trajectory)

@@ -13,9 +13,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import kill_run, srl_command, start_one, step_one
 
-from conftest import kill_run, srl_command
 from srl.api.algorithm import Algorithm
+from srl.api.components import make_algorithm
 from srl.api.env import spaces_of
 from srl.api.policy import Policy
 from srl.api.registry import ALGORITHMS
@@ -24,7 +25,6 @@ from srl.data.named_array import NamedArray
 from srl.envs.gym import GymEnv
 from srl.envs.slot_builder import make_slots
 from srl.streams.inference import serve
-from srl.api.components import make_algorithm
 from srl.workers.env_ring import EnvRing
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -126,9 +126,9 @@ def collect(policy: TinyPolicy, env_id: str, steps: int = 16) -> NamedArray:
     """One batch [T + 1, B] as an actor records it: an env ring answered through `serve`."""
     slots = make_slots(lambda: GymEnv(env_id), ring_size=1, envs_per_slot=4, seed=0)
     ring = EnvRing(slots, steps, policy.initial_state)
-    request, trajectory = ring.start(0), None
+    request, trajectory = start_one(ring, 0), None
     while trajectory is None:
-        request, trajectory = ring.step(0, serve(policy, request))
+        request, trajectory = step_one(ring, 0, serve(policy, request))
     slots[0].close()
     return trajectory
 

@@ -22,6 +22,15 @@ import numpy as np
 
 from srl.api.config import ConfigError, ExperimentConfig
 
+#: The key of a run's only policy: its slots' rows, ring tracks and trajectories are keyed by
+#: it as several policies' are by their names, and its ports carry no `/<policy>` suffix.
+DEFAULT_POLICY = ""
+
+
+def port(name: str, policy: str) -> str:
+    """A keyed port's stream for `policy`: `samples` for the only policy, `samples/<policy>` for one of several."""
+    return f"{name}/{policy}" if policy else name
+
 
 @dataclass(frozen=True)
 class AgentRouter:

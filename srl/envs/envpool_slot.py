@@ -37,7 +37,9 @@ import numpy as np
 
 from srl.data.named_array import NamedArray
 from srl.envs.extras import require
-from srl.envs.slots import Slot, SlotStep
+from srl.api.agents import DEFAULT_POLICY
+from srl.envs.gym import AGENT
+from srl.envs.slots import Episode, PolicyRows, Slot, SlotStep
 
 #: AtariEnv's argument names -> EnvPool's.
 _ATARI_ARGS = {
@@ -82,12 +84,11 @@ class EnvPoolSlot(Slot):
             raise ValueError(f"EnvPool has no task {task!r} (from env.id {env.get('id')!r})")
         self.pool = envpool.make(task, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs,
                                  num_threads=num_threads, seed=seed, **kwargs)
-        self.n_envs = self.rows = n_envs
+        self.n_envs = n_envs
         space = self.pool.observation_space
         self._dict_obs = isinstance(space, gym.spaces.Dict)
         obs_space = space if self._dict_obs else gym.spaces.Dict({"obs": space})
-        self.spaces = (obs_space, self.pool.action_space)
-        self.obs_fields = {k: (s.shape, s.dtype) for k, s in obs_space.spaces.items()}
+        self.groups = {DEFAULT_POLICY: PolicyRows.of((AGENT,), n_envs, (obs_space, self.pool.action_space))}
         self._action_dtype = self.pool.action_space.dtype
         #: Envs whose episode ended on the last step: EnvPool resets them on this one.
         self.resetting = np.zeros(n_envs, bool)
@@ -98,16 +99,19 @@ class EnvPoolSlot(Slot):
         for name, value in (obs.items() if self._dict_obs else [("obs", obs)]):
             dest[name][:] = value
 
-    def reset_all(self, obs: NamedArray, alive: np.ndarray) -> None:
+    def reset_all(self, obs: dict[str, NamedArray], alive: dict[str, np.ndarray]) -> None:
         first, _ = self.pool.reset()
-        self._write_obs(obs, first)
+        self._write_obs(obs[DEFAULT_POLICY], first)
         self.resetting[:] = False
         self.returns[:] = 0.0
         self.lengths[:] = 0
-        alive[:] = True
+        alive[DEFAULT_POLICY][:] = True
 
-    def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
-        obs, reward, terminated, truncated, info = self.pool.step(np.asarray(actions, self._action_dtype))
+    def step(self, actions: dict[str, np.ndarray], out: dict[str, SlotStep]) -> tuple[list[Episode],
+                                                                                       dict[str, list[Episode]]]:
+        out = out[DEFAULT_POLICY]
+        actions = np.asarray(actions[DEFAULT_POLICY], self._action_dtype)
+        obs, reward, terminated, truncated, info = self.pool.step(actions)
         resetting, live = self.resetting, ~self.resetting
         # A resetting env's row holds last episode's final observation: a masked placeholder.
         out.reward[:] = np.where(live, reward, 0.0)
@@ -124,7 +128,7 @@ class EnvPoolSlot(Slot):
         self._write_obs(out.next_obs, obs)
         self.resetting = ended
         out.alive[:] = ~ended
-        return finished
+        return finished, {}
 
     def close(self) -> None:
         self.pool.close()

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from srl.api.agents import DEFAULT_POLICY
 from srl.api.env import AgentStep, Env
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs import checks
 from srl.envs.gym import AGENT, GymEnv
-from srl.envs.slots import EnvSlot, SlotStep
+from srl.envs.slots import EnvSlot, Episode, SlotStep
 
 
 class GymSlot(EnvSlot):
@@ -34,30 +35,32 @@ class GymSlot(EnvSlot):
         self.gym_envs = [env.env for env in envs]
         self.dict_obs = envs[0].dict_obs
 
-    def step(self, actions: np.ndarray, out: SlotStep) -> list[tuple[float, int]]:
-        checks.check_actions(self.name, self.spaces[1], actions)
+    def step(self, actions: dict[str, np.ndarray], out: dict[str, SlotStep]) -> tuple[list[Episode],
+                                                                                       dict[str, list[Episode]]]:
+        actions, o = actions[DEFAULT_POLICY], out[DEFAULT_POLICY]
+        checks.check_actions(self.name, self.only.spaces[1], actions)
         rewards, terminated, truncated, observations = [], [], [], []
         for j, (env, action) in enumerate(zip(self.gym_envs, self.envs[0].gym_actions(actions))):
             obs, reward, term, trunc, _ = env.step(action)
             if term or trunc:
                 obs, _ = env.reset()
-                out.reset_rows.append(j)
+                o.reset_rows.append(j)
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)
             observations.append(obs)
-        out.reward[:] = rewards
-        out.terminated[:] = terminated
-        out.truncated[:] = truncated
-        self._write_rows(out.next_obs, observations)
+        o.reward[:] = rewards
+        o.terminated[:] = terminated
+        o.truncated[:] = truncated
+        self._write_rows(o.next_obs, observations)
         self.returns += rewards  # the env's own floats, not the buffer's float32
         self.lengths += 1
-        finished = [(float(self.returns[j]), int(self.lengths[j])) for j in out.reset_rows]
-        self.returns[out.reset_rows] = 0.0
-        self.lengths[out.reset_rows] = 0
+        finished = [(float(self.returns[j]), int(self.lengths[j])) for j in o.reset_rows]
+        self.returns[o.reset_rows] = 0.0
+        self.lengths[o.reset_rows] = 0
         self._check_finite(out)
-        out.alive[:] = True
-        return finished
+        o.alive[:] = True
+        return finished, {}
 
     def _write_rows(self, dest: NamedArray, observations: list[Any]) -> None:
         try:
@@ -69,5 +72,5 @@ class GymSlot(EnvSlot):
         except (ValueError, TypeError, KeyError):
             # Row by row, for the error that names the env and the field.
             for j, obs in enumerate(observations):
-                self._write_obs(dest, j, {AGENT: AgentStep(self.envs[j].srl_obs(obs))})
+                self._write_obs({DEFAULT_POLICY: dest}, j, {AGENT: AgentStep(self.envs[j].srl_obs(obs))})
             raise

@@ -6,20 +6,19 @@ import logging
 import time
 from typing import Any
 
-from srl.api.agents import AgentRouter
+from srl.api.agents import DEFAULT_POLICY, port
 from srl.api.components import make_env, make_policy
 from srl.api.policy import Policy
 from srl.api.settings import ActorSettings
 from srl.api.worker import Port
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slot_builder import make_slots
 from srl.streams.inference import InferenceClient, InlineInference, RemoteInference
 from srl.streams.parameters import open_subscriber
 from srl.streams.samples import SampleProducer
 from srl.workers.base import Worker
-from srl.workers.env_ring import EnvRing, JointRing
+from srl.workers.env_ring import EnvRing
 from srl.workers.opponents import SelfPlay
 from srl.workers.routing import RoutedInference, RoutedSamples
 
@@ -53,74 +52,61 @@ class ActorWorker(Worker):
     def setup(self) -> None:
         s = self.settings
         actors = s.actors
-        self.inference: InferenceClient | RoutedInference
-        self.ring: EnvRing | JointRing
+        # One policy is the case of one key (DEFAULT_POLICY, ports without a suffix) of several.
+        sections = s.policies or {DEFAULT_POLICY: s.policy}
+        policy_of = {a: p for p, agents in s.agents.items() for a in agents} if s.policies else None
+        slots = make_slots(lambda: make_env(s.env), actors.ring_size, actors.envs_per_slot,
+                           seed=self.spec.seed + 100_000 * self.spec.index, env_config=s.env, policy_of=policy_of)
         #: Self-play (one policy): the pool's frozen versions play the other team.
         self.self_play: SelfPlay | None = None
-        if s.policies:
-            self._setup_policies()
-        else:
-            slots = make_slots(lambda: make_env(s.env), actors.ring_size, actors.envs_per_slot,
-                               seed=self.spec.seed + 100_000 * self.spec.index, env_config=s.env)
-            policy = make_policy(s.policy, *slots[0].spaces)
-            self.inference = self._client(policy, "")
+        clients: dict[str, InferenceClient] = {}
+        states, producers = {}, {}
+        for name, section in sections.items():
+            spaces = slots[0].groups[name].spaces
+            policy = make_policy(section, *spaces)
+            clients[name], states[name] = self._client(policy, name), policy.initial_state
             if s.self_play is not None:
                 # Frozen opponents from the pool act for the other team; only the learner's rows are sent.
                 self.self_play = SelfPlay.open(s.self_play, slots, self.spec.run_dir,
-                                               lambda: make_policy(s.policy, *slots[0].spaces))
-                self.inference = self.self_play.wrap(self.inference)
-            self.ring = EnvRing(slots, actors.trajectory_length, policy.initial_state)
-            samples = self.spec.streams["samples"]
-            self.samples = SampleProducer(self.ctx, samples.key, samples.transport, self.name, s.sample_slots)
+                                               lambda section=section, spaces=spaces: make_policy(section, *spaces))
+                clients[name] = self.self_play.wrap(clients[name])
+            end = self.spec.streams[port("samples", name)]
+            producers[name] = SampleProducer(self.ctx, end.key, end.transport, self.name, s.sample_slots)
+        self.inference = RoutedInference(clients)
+        self.samples = RoutedSamples(producers)
+        self.ring = EnvRing(slots, actors.trajectory_length, states)
+        #: The one policy's client when it acts inline with the newest parameters.
+        self.inline = next(iter(clients.values())) if len(clients) == 1 else None
         self.started = time.monotonic()
         self.trajectories = 0
         #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
-        self.synchronous = actors.synchronous and isinstance(self.inference, InlineInference)
+        self.synchronous = actors.synchronous and isinstance(self.inline, InlineInference)
         self.unsynced_steps, self.batch_steps = 0, s.batch_steps
-        #: A trajectory waiting for the trainer's credit; when the synchronous actor began to wait
-        #: for the version trained on its last batch, and the request it holds back meanwhile.
-        self.unsent: NamedArray | dict[str, NamedArray] | None = None
+        #: Trajectories waiting for the trainer's credit (by policy) and their env steps; when the
+        #: synchronous actor began to wait for the version trained on its last batch, and the
+        #: request it holds back meanwhile.
+        self.unsent: dict[str, NamedArray] | None = None
+        self.unsent_steps = 0
         self.awaiting_since: float | None = None
-        self.held_request: tuple[int, NamedArray] | None = None
+        self.held_request: tuple[int, dict[str, NamedArray]] | None = None
         #: (when, samples.blocked_s) at the last stats(); set last, as stats() reads all the above.
         self._blocked_at = (self.started, 0.0)
         for slot in range(self.ring.size):
             self.inference.request(slot, self.ring.start(slot))
 
-    def _client(self, policy: Policy, port: str) -> InferenceClient:
-        """How `policy` acts for this actor: inline with the newest parameters (`parameters<port>`
-        connected), or through a policy worker (`inference<port>`)."""
+    def _client(self, policy: Policy, name: str) -> InferenceClient:
+        """How policy `name` acts for this actor: inline with the newest parameters (its
+        `parameters` port connected), or through a policy worker (`inference`)."""
         # Built for remote inference too: the ring asks it for the RNN state of fresh episodes.
         policy.acting_as(self.spec.index, self.spec.group_size)
-        if f"inference{port}" not in self.spec.streams:
-            params = self.spec.streams[f"parameters{port}"]
+        if port("inference", name) not in self.spec.streams:
+            params = self.spec.streams[port("parameters", name)]
             subscriber = open_subscriber(self.ctx, params.key, params.transport)
             version, weights, _ = subscriber.wait()
             policy.set_params(weights, version)
             return InlineInference(policy, subscriber)
-        inf = self.spec.streams[f"inference{port}"]
+        inf = self.spec.streams[port("inference", name)]
         return RemoteInference(self.ctx, inf.key, inf.transport, self.name)
-
-    def _setup_policies(self) -> None:
-        """Several policies: each acts for its agents' rows, each gets its own trajectories."""
-        s = self.settings
-        actors = s.actors
-        envs = [make_env(s.env) for _ in range(actors.ring_size * actors.envs_per_slot)]
-        router = AgentRouter(envs[0].agent_ids, {a: p for p, agents in s.agents.items() for a in agents})
-        seed = self.spec.seed + 100_000 * self.spec.index
-        n = actors.envs_per_slot
-        name = str(s.env.id or s.env.type)
-        slots = [GroupedSlot(envs[k * n:(k + 1) * n], [seed + k * n + j for j in range(n)], router, name,
-                             s.env.on_bad_output) for k in range(actors.ring_size)]
-        clients, states, producers = {}, {}, {}
-        for p, config in s.policies.items():
-            policy = make_policy(config, *slots[0].groups[p].spaces)
-            clients[p], states[p] = self._client(policy, f"/{p}"), policy.initial_state
-            end = self.spec.streams[f"samples/{p}"]
-            producers[p] = SampleProducer(self.ctx, end.key, end.transport, self.name, s.sample_slots)
-        self.inference = RoutedInference(clients)
-        self.samples = RoutedSamples(producers)
-        self.ring = JointRing(slots, actors.trajectory_length, states)
 
     def poll(self) -> None:
         # Nothing steps while a trajectory waits for the trainer's credit, or (synchronous) while
@@ -135,19 +121,20 @@ class ActorWorker(Worker):
             return
         self.waiting_on = ""
         slot, reply = got
-        request, trajectory = self.ring.step(slot, reply)
-        if trajectory is None or not self.synchronous:
-            self.inference.request(slot, request)  # inference runs while the trajectory goes out
+        requests, trajectories = self.ring.step(slot, reply)
+        if trajectories is None or not self.synchronous:
+            self.inference.request(slot, requests)  # inference runs while the trajectories go out
         else:
-            self.held_request = (slot, request)  # asked for once the trained version is in
-        if trajectory is not None:
+            self.held_request = (slot, requests)  # asked for once the trained version is in
+        if trajectories is not None:
             if self.self_play is not None:
-                trajectory = self.self_play.samples_of(trajectory)
-            self.unsent = trajectory
+                trajectories = {p: self.self_play.samples_of(t) for p, t in trajectories.items()}
+            self.unsent = trajectories
+            self.unsent_steps = sum(t[keys.REWARD][:-1].size for t in trajectories.values())  # as the trainer counts
             self._send()
 
     def _send(self) -> bool:
-        """Send the trajectory waiting to go out if the trainer gives credit, within 100 ms (at once inline)."""
+        """Send the trajectories waiting to go out if the trainers give credit, within 100 ms (at once inline)."""
         meta = {"actor": self.name}
         if not self.samples.try_put(self.unsent, meta):
             self.samples.poll(100)
@@ -157,7 +144,7 @@ class ActorWorker(Worker):
         self.waiting_on = ""
         self.trajectories += 1
         if self.synchronous:
-            self.unsynced_steps += self.unsent[keys.REWARD][:-1].size  # counted as the trainer counts
+            self.unsynced_steps += self.unsent_steps
             if self.unsynced_steps >= self.batch_steps:  # the trainer trains on what it now holds
                 self.unsynced_steps = 0
                 self.awaiting_since = time.monotonic()
@@ -169,8 +156,8 @@ class ActorWorker(Worker):
 
     def _take_trained_version(self) -> bool:
         """Synchronous acting: take the version trained on the last batch if it is out. False: not yet."""
-        assert isinstance(self.inference, InlineInference)
-        if not self.inference.take_new_parameters():
+        assert isinstance(self.inline, InlineInference)
+        if not self.inline.take_new_parameters():
             if time.monotonic() - self.awaiting_since <= SYNC_PATIENCE_S:
                 self.waiting_on = "parameters"
                 self.pause(0.001)
@@ -205,8 +192,7 @@ class ActorWorker(Worker):
                 "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
                 "sample_slots": self.samples.slots, "blocked_frac": blocked_frac,
                 **(self.self_play.stats() if self.self_play is not None else {}),
-                **({"policy_episode_returns": self.ring.pop_policy_episodes()} if isinstance(self.ring, JointRing)
-                   else {})}
+                **({"policy_episode_returns": self.ring.pop_policy_episodes()} if self.ring.policy_returns else {})}
 
     def teardown(self) -> None:
         for closable in ("inference", "samples", "self_play"):

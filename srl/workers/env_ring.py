@@ -8,31 +8,30 @@ terminated, truncated). When row T's reply arrives the buffer ships whole, and r
 becomes row 0 of the next trajectory (consecutive trajectories overlap by one step, which
 carries the bootstrap value).
 
-    ring = EnvRing(slots, trajectory_length=64)
-    for slot in range(ring.size):
-        inference.request(slot, ring.start(slot))
-    while True:
-        slot, reply = inference.reply()
-        request, trajectory = ring.step(slot, reply)
-        inference.request(slot, request)
-        if trajectory is not None:
-            samples.put(trajectory)
+Requests, replies and trajectories are dicts by policy (`srl.envs.slots`: one policy is the
+case of one key, `DEFAULT_POLICY`). A slot steps once every policy has answered for it, and
+each policy's rows have a buffer of their own (a `Track`), so each policy's trajectories
+hold only its agents' rows:
 
-Each slot's buffer is a `Track`. When agents act with several policies, `JointRing` runs
-`GroupedSlot`s with one `Track` per policy: a slot steps once every policy has answered,
-and each policy's trajectories hold only its own agents' rows.
+    ring = EnvRing(slots, trajectory_length=64, initial_state=policy.initial_state)
+    for slot in range(ring.size):
+        inference.request(slot, ring.start(slot))            # {policy: request}
+    while True:
+        slot, replies = inference.reply()                    # {policy: reply}
+        requests, trajectories = ring.step(slot, replies)
+        inference.request(slot, requests)
+        if trajectories is not None:
+            samples.put(trajectories)                        # {policy: trajectory}
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.slots import Slot, SlotStep
 
 #: Reply fields that are not stored per row: the RNN state is fed forward, not recorded twice.
@@ -115,16 +114,34 @@ class Track:
         return self.request()
 
 
+InitialState = Callable[[int], NamedArray]
+
+
+def _no_state(rows: int) -> NamedArray:
+    return NamedArray()
+
+
 class EnvRing:
+    """K slots, each stepping once all its policies' replies are in; one `Track` per slot and policy.
+
+    `initial_state`: the policy's RNN state for fresh rows, or with several policies a dict
+    of them by policy (none: a policy without state).
+    """
+
     def __init__(self, slots: Sequence[Slot], trajectory_length: int,
-                 initial_state: Callable[[int], NamedArray] | None = None) -> None:
+                 initial_state: InitialState | dict[str, InitialState] | None = None) -> None:
         self.slots = list(slots)
         self.T = trajectory_length
-        self.initial_state = initial_state or (lambda n: NamedArray())
-        self.tracks: list[Track | None] = [None] * len(self.slots)
+        self.policies = tuple(self.slots[0].groups)
+        if not isinstance(initial_state, dict):
+            initial_state = dict.fromkeys(self.policies, initial_state or _no_state)
+        self.initial_states = initial_state
+        self.tracks: list[dict[str, Track]] = [{} for _ in self.slots]
         #: Returns and lengths of episodes finished since `pop_episodes()` was last called.
         self.episode_returns: list[float] = []
         self.episode_lengths: list[int] = []
+        #: With several policies: each one's returns (averaged over its agents) since `pop_policy_episodes()`.
+        self.policy_returns: dict[str, list[float]] = {p: [] for p in self.policies} if len(self.policies) > 1 else {}
         self.env_steps = 0
 
     @property
@@ -133,63 +150,10 @@ class EnvRing:
 
     @property
     def buffers(self) -> list[NamedArray]:
-        return [track.buffer for track in self.tracks if track is not None]
-
-    def start(self, slot: int) -> NamedArray:
-        """Reset the slot's envs; returns its first request."""
-        s = self.slots[slot]
-        track = self.tracks[slot] = Track(s.rows, s.obs_fields, self.T, self.initial_state)
-        s.reset_all(track.first_obs, track.first_alive)
-        return track.request()
-
-    def step(self, slot: int, reply: NamedArray) -> tuple[NamedArray, NamedArray | None]:
-        """Record the reply, step the slot's envs; returns (next request, finished trajectory or None)."""
-        track = self.tracks[slot]
-        assert track is not None
-        trajectory, actions, out = track.take(reply)
-        for episode_return, length in self.slots[slot].step(actions, out):
-            self.episode_returns.append(episode_return)
-            self.episode_lengths.append(length)
-        self.env_steps += self.slots[slot].n_envs
-        return track.advance(reply, out), trajectory
-
-    def pop_episodes(self) -> tuple[list[float], list[int]]:
-        returns, lengths = self.episode_returns, self.episode_lengths
-        self.episode_returns, self.episode_lengths = [], []
-        return returns, lengths
-
-    def pop_episode_stats(self) -> dict[str, list[float]]:
-        """The envs' own statistics (`srl.api.env.EPISODE_STATS`) of episodes finished since the last call."""
-        return pop_episode_stats(self.slots)
-
-class JointRing:
-    """The ring over `GroupedSlot`s: requests, replies and trajectories are dicts by policy.
-
-    A slot steps once every policy's reply for it is in; each policy's rows have a `Track`
-    of their own, so each policy's trajectories hold only its agents.
-
-        ring = JointRing(slots, T, {"seeker": seeker.initial_state, "hider": hider.initial_state})
-        requests = ring.start(slot)                       # {policy: request}
-        requests, trajectories = ring.step(slot, replies)  # replies: {policy: reply}
-    """
-
-    def __init__(self, slots: Sequence[GroupedSlot], trajectory_length: int,
-                 initial_states: dict[str, Callable[[int], NamedArray]]) -> None:
-        self.slots = list(slots)
-        self.T = trajectory_length
-        self.initial_states = initial_states
-        self.tracks: list[dict[str, Track]] = [{} for _ in self.slots]
-        self.episode_returns: list[float] = []
-        self.episode_lengths: list[int] = []
-        #: Per policy: returns (averaged over its agents) of episodes finished since `pop_policy_episodes()`.
-        self.policy_returns: dict[str, list[float]] = {p: [] for p in initial_states}
-        self.env_steps = 0
-
-    @property
-    def size(self) -> int:
-        return len(self.slots)
+        return [track.buffer for tracks in self.tracks for track in tracks.values()]
 
     def start(self, slot: int) -> dict[str, NamedArray]:
+        """Reset the slot's envs; returns its first requests, by policy."""
         s = self.slots[slot]
         tracks = self.tracks[slot] = {p: Track(g.rows, g.obs_fields, self.T, self.initial_states[p])
                                       for p, g in s.groups.items()}
@@ -198,7 +162,7 @@ class JointRing:
 
     def step(self, slot: int, replies: dict[str, NamedArray]) -> tuple[dict[str, NamedArray],
                                                                        dict[str, NamedArray] | None]:
-        """Record every policy's reply, step the slot; returns (next requests by policy, the
+        """Record every policy's reply, step the slot; returns (the next requests by policy, the
         finished trajectories by policy, or None when none finished)."""
         tracks = self.tracks[slot]
         taken = {p: track.take(replies[p]) for p, track in tracks.items()}
@@ -211,8 +175,8 @@ class JointRing:
             self.policy_returns[policy].extend(r for r, _ in episodes)
         self.env_steps += self.slots[slot].n_envs
         requests = {p: track.advance(replies[p], taken[p][2]) for p, track in tracks.items()}
-        finished_trajectories = {p: t for p, (t, _, _) in taken.items() if t is not None}
-        return requests, finished_trajectories or None
+        trajectories = {p: t for p, (t, _, _) in taken.items() if t is not None}
+        return requests, trajectories or None
 
     def pop_episodes(self) -> tuple[list[float], list[int]]:
         returns, lengths = self.episode_returns, self.episode_lengths
@@ -220,17 +184,14 @@ class JointRing:
         return returns, lengths
 
     def pop_policy_episodes(self) -> dict[str, list[float]]:
+        """With several policies, each one's episode returns since the last call ({} with one)."""
         returns, self.policy_returns = self.policy_returns, {p: [] for p in self.policy_returns}
         return returns
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
-        return pop_episode_stats(self.slots)
-
-
-def pop_episode_stats(slots: Sequence[Any]) -> dict[str, list[float]]:
-    """The slots' env statistics of episodes finished since the last call, merged by name."""
-    merged: dict[str, list[float]] = {}
-    for s in slots:
-        for name, values in s.pop_episode_stats().items():
-            merged.setdefault(name, []).extend(values)
-    return merged
+        """The envs' own statistics (`srl.api.env.EPISODE_STATS`) of episodes finished since the last call."""
+        merged: dict[str, list[float]] = {}
+        for s in self.slots:
+            for name, values in s.pop_episode_stats().items():
+                merged.setdefault(name, []).extend(values)
+        return merged

@@ -1,7 +1,8 @@
 """Playing episodes without training: a policy (or several, one per group of agents) on an env slot.
 
-A run that trains several policies plays on a `GroupedSlot` (each policy's rows apart) with
-`play_grouped`; both share one loop. The short way, for one policy on a few envs of a config's
+Each player acts for some rows of one policy's group of a slot (`srl.envs.slots`): one
+policy for every row, checkpoints of one policy on different agents (cross-play), or several
+policies each on its own agents. The short way, for one policy on a few envs of a config's
 `env` section (what a worker kind of one's own calls, docs/graph.md):
 
     slot = env_slot(settings.env, n_envs=2, seed=0)
@@ -16,7 +17,7 @@ version of a training run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,11 @@ from srl.api.config import EnvConfig
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.envs.grouped_slot import GroupedSlot
 from srl.envs.gym_slot import GymSlot
-from srl.envs.slots import EnvSlot, SlotStep
+from srl.envs.slots import EnvSlot, Episode, SlotStep
 
 if TYPE_CHECKING:
     from srl.envs.render import RecordingEnv
-
-#: (return, length) of one episode.
-Episode = tuple[float, int]
-
 
 @dataclass
 class Evaluation:
@@ -65,52 +61,25 @@ def env_slot(env: EnvConfig | Mapping[str, Any], n_envs: int, seed: int) -> EnvS
 
 def play_policy(slot: EnvSlot, policy: Policy, episodes: int, deterministic: bool = True) -> Evaluation:
     """`play` with one policy acting for every row of the slot."""
-    return play(slot, {"policy": policy}, {"policy": np.arange(slot.rows)}, episodes, deterministic, {})
+    group = next(iter(slot.groups))
+    return play(slot, {"policy": (group, policy, np.arange(slot.rows))}, episodes, deterministic, {})
 
 
-def play(slot: EnvSlot, policies: dict[str, Policy], rows_of: dict[str, np.ndarray], episodes: int,
-         deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None = None) -> Evaluation:
-    """Play `episodes` episodes on `slot` (reset first, with `slot.seeds`), each policy acting for its rows.
+def play(slot: EnvSlot, players: dict[str, tuple[str, Policy, np.ndarray]], episodes: int, deterministic: bool,
+         labels: dict[str, str], recorder: RecordingEnv | None = None) -> Evaluation:
+    """Play `episodes` episodes on `slot` (reset first, with `slot.seeds`). Each player is
+    (the policy whose rows it acts for, the `Policy` acting, its rows among them).
 
     Each env plays its share of the episodes (env j: `(episodes + j) // n_envs`) and episodes
     past its share are not counted: taking whichever episodes end first would favour short
     ones, so a policy that fails early on some starts would look worse than it is.
     """
-    obs, out = _rows(slot.rows, slot.obs_fields)
-    slot.reset_all(obs, out.alive)
-    players = {source: ("", policy, rows_of[source]) for source, policy in policies.items()}
-    return _play({"": (obs, out)}, players, lambda actions: (slot.step(actions[""], out), {}), slot,
-                 getattr(slot, "n_agents", 1),
-                 episodes, deterministic, labels, recorder)
-
-
-def play_grouped(slot: GroupedSlot, players: dict[str, tuple[str, Policy, np.ndarray]], episodes: int,
-                 deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None = None) -> Evaluation:
-    """`play` on a slot whose agents act with several policies (`srl.envs.grouped_slot`):
-    each player is (the policy whose rows it acts for, the `Policy` acting, its rows among them)."""
     groups = {p: _rows(g.rows, g.obs_fields) for p, g in slot.groups.items()}
     slot.reset_all({p: obs for p, (obs, _) in groups.items()}, {p: out.alive for p, (_, out) in groups.items()})
     outs = {p: out for p, (_, out) in groups.items()}
+    # The envs whose rows of the first policy reset are those that ended episodes.
     first = next(iter(slot.groups))
-    return _play(groups, players, lambda actions: slot.step(actions, outs), slot,
-                 len(slot.groups[first].agents), episodes, deterministic, labels, recorder, counted_by=first)
-
-
-def _rows(rows: int, fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[NamedArray, SlotStep]:
-    """Observations of `rows` rows, and where a slot's step writes them (no time axis: played, not recorded)."""
-    obs = NamedArray({k: np.zeros((rows, *shape), dtype) for k, (shape, dtype) in fields.items()})
-    return obs, SlotStep(np.zeros(rows, np.float32), np.zeros(rows, bool), np.zeros(rows, bool),
-                         np.ones(rows, bool), obs)
-
-
-def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tuple[str, Policy, np.ndarray]],
-          step: Callable[[dict[str, np.ndarray]], tuple[list[Episode], dict[str, list[Episode]]]], slot: Any,
-          agents_per_env: int,
-          episodes: int, deterministic: bool, labels: dict[str, str], recorder: RecordingEnv | None,
-          counted_by: str = "") -> Evaluation:
-    """The loop of `play`: each player acts for its rows of its group; `step(actions by group)`
-    steps the slot and returns the episodes that ended (and each policy's, for several); the
-    envs whose rows of group `counted_by` reset are those that ended episodes."""
+    agents_per_env = len(slot.groups[first].agents)
     states = {k: policy.initial_state(len(rows)) for k, (_, policy, rows) in players.items()}
     actions: dict[str, np.ndarray] = {}
     share = [(episodes + j) // slot.n_envs for j in range(slot.n_envs)]
@@ -121,14 +90,14 @@ def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tup
         for key, (group, policy, rows) in players.items():
             reply = policy.rollout(groups[group][0][rows], states[key], deterministic=deterministic)
             if group not in actions:
-                n = len(groups[group][1].reward)
+                n = len(outs[group].reward)
                 actions[group] = np.zeros((n, *reply[keys.ACTION].shape[1:]), reply[keys.ACTION].dtype)
             actions[group][rows] = reply[keys.ACTION]
             states[key] = reply[keys.RNN_STATE] if keys.RNN_STATE in reply else states[key]
-        for _, out in groups.values():
+        for out in outs.values():
             out.reset_rows.clear()
-        ended, policies_ended = step(actions)  # writes the next observations into each group's `obs`
-        envs = list(dict.fromkeys(r // agents_per_env for r in groups[counted_by][1].reset_rows))
+        ended, policies_ended = slot.step(actions, outs)  # writes the next observations into each group's `obs`
+        envs = list(dict.fromkeys(r // agents_per_env for r in outs[first].reset_rows))
         kept = _within_share(len(ended), envs, slot, share)
         finished.extend(ended[i] for i in kept)
         for policy, episodes_ended in policies_ended.items():  # one per env that ended, as `ended` when not env-reported
@@ -136,7 +105,7 @@ def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tup
             by_policy.setdefault(policy, []).extend(episodes_ended[i] for i in chosen)
         steps += slot.n_envs
         for key, (group, policy, rows) in players.items():
-            reset = set(groups[group][1].reset_rows)
+            reset = set(outs[group].reset_rows)
             local = [i for i, r in enumerate(rows) if r in reset]
             if local and states[key].keys():
                 states[key][np.asarray(local)] = policy.initial_state(len(local))
@@ -146,6 +115,13 @@ def _play(groups: dict[str, tuple[NamedArray, SlotStep]], players: dict[str, tup
     policy_returns = {p: float(np.mean([r for r, _ in e[:episodes]])) for p, e in by_policy.items() if e}
     return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels,
                       policy_returns)
+
+
+def _rows(rows: int, fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[NamedArray, SlotStep]:
+    """Observations of `rows` rows, and where a slot's step writes them (no time axis: played, not recorded)."""
+    obs = NamedArray({k: np.zeros((rows, *shape), dtype) for k, (shape, dtype) in fields.items()})
+    return obs, SlotStep(np.zeros(rows, np.float32), np.zeros(rows, bool), np.zeros(rows, bool),
+                         np.ones(rows, bool), obs)
 
 
 def _within_share(ended: int, envs: list[int], slot: Any, share: list[int]) -> list[int]:

@@ -1,8 +1,9 @@
-"""An actor's ends when its agents act with several policies: one client and one producer per policy.
+"""An actor's ends: one inference client and one sample producer per policy, as one.
 
-`AgentRouter` (`srl.api.agents`) says which policy acts for which agent; the joint ring
-(`srl.workers.env_ring.JointRing`) splits each slot's rows by policy. These two put each
-policy's part on that policy's streams, behind the interfaces the actor already uses:
+`AgentRouter` (`srl.api.agents`) says which policy acts for which agent; the ring
+(`srl.workers.env_ring.EnvRing`) splits each slot's rows by policy. These two put each
+policy's part on that policy's streams (one policy: one client and one producer, keyed
+`DEFAULT_POLICY`):
 
     inference = RoutedInference({"seeker": RemoteInference(...), "hider": InlineInference(...)})
     inference.request(slot, {"seeker": request, "hider": request})
@@ -32,16 +33,26 @@ class RoutedInference:
         self.clients = clients
         self.partial: dict[int, dict[str, NamedArray]] = {}
         self.sent_at: dict[int, float] = {}
-        #: Seconds from a slot's requests to its last reply.
-        self.round_trip = Mean()
+        #: The one client, when there is one: its replies pass straight through.
+        self.single = next(iter(clients.items())) if len(clients) == 1 else None
+        #: Seconds from a slot's requests to its last reply (the one client's own measure).
+        self.round_trip = self.single[1].round_trip if self.single else Mean()
 
     def request(self, slot: int, requests: dict[str, NamedArray]) -> None:
+        if self.single:
+            policy, client = self.single
+            client.request(slot, requests[policy])
+            return
         self.sent_at[slot] = time.monotonic()
         for policy, request in requests.items():
             self.clients[policy].request(slot, request)
 
     def reply(self, timeout_ms: int) -> tuple[int, dict[str, NamedArray]] | None:
         """(slot, replies by policy) for a slot every policy has answered, or None on timeout."""
+        if self.single:
+            policy, client = self.single
+            got = client.reply(timeout_ms)
+            return None if got is None else (got[0], {policy: got[1]})
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             for policy, client in self.clients.items():

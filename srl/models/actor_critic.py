@@ -126,7 +126,9 @@ def obs_tensors(obs: Mapping[str, Any], lead: int, device: torch.device) -> tupl
 
 def module_params(module: nn.Module) -> NamedArray:
     """A module's state (weights and buffers) as a flat NamedArray of numpy arrays, for the wire."""
-    return NamedArray.from_flat([(k.replace(".", "/"), v.detach().cpu().numpy()) for k, v in module.state_dict().items()])
+    # Contiguous whatever the tensor's layout (a channels-last conv weight), as the wire needs.
+    return NamedArray.from_flat([(k.replace(".", "/"), np.ascontiguousarray(v.detach().cpu().numpy()))
+                                 for k, v in module.state_dict().items()])
 
 
 def load_module_params(module: nn.Module, params: NamedArray) -> None:

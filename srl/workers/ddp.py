@@ -209,7 +209,9 @@ class DataParallel:
             flat /= self.world_size
         offset = 0
         for p in self._params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p)
+            grad = flat[offset:offset + p.numel()].view_as(p)
+            # A channels-last weight (`NatureCNN`) gets its gradient in its own layout, as its optimiser's.
+            p.grad = grad if grad.stride() == p.stride() else torch.empty_like(p).copy_(grad)
             offset += p.numel()
 
     @torch.no_grad()

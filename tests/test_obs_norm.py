@@ -64,3 +64,18 @@ def test_the_image_statistics_travel_with_the_weights():
 def test_without_obs_norm_images_are_scaled_from_pixels_as_before():
     policy = ActorCriticPolicy(IMAGE, gym.spaces.Discrete(6), encoder="nature_cnn", share_encoder=True, hidden=[])
     assert policy.net.normalizer is None and policy.net.actor_encoder.scale == 1 / 255
+
+
+def test_a_channels_last_cnn_goes_on_the_wire_contiguous_and_loads_back_exactly():
+    from srl.models.actor_critic import load_module_params, module_params
+    from srl.models.cnn import NatureCNN
+
+    spaces = {"obs": gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)}
+    torch.manual_seed(0)
+    source, target = NatureCNN(spaces), NatureCNN(spaces)
+    assert source.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+    params = module_params(source)
+    assert all(leaf.flags.c_contiguous for _, leaf in params.items_flat())
+    load_module_params(target, params)
+    image = {"obs": torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)}
+    assert torch.equal(source(image), target(image))

@@ -43,8 +43,8 @@ class NatureCNN(nn.Module):
             flat = self.convs(torch.zeros(1, *space.shape)).shape[1]
         self.linear = nn.Sequential(_orthogonal(nn.Linear(flat, self.out_dim)), nn.ReLU())
         # Channels-last weights: oneDNN's convolutions, the backward pass above all, run faster in
-        # NHWC than in NCHW on CPU (and cuDNN's on tensor cores). A conv given NCHW input follows its
-        # weights' layout; the wire and checkpoints see contiguous copies (`module_params`).
+        # NHWC than in NCHW on CPU. A conv given NCHW input follows its weights' layout; the wire
+        # and the policy's checkpoint state get contiguous copies (`module_params`).
         self.convs.to(memory_format=torch.channels_last)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -24,6 +24,17 @@ def run_srl(tmp_path: Path):
     return run
 
 
+@pytest.fixture
+def opened():
+    """`opened(thing)`: closed when the test ends, even when it fails (links, sockets, publishers)."""
+    import zmq
+
+    things: list = []
+    yield things.append
+    for thing in reversed(things):
+        thing.close(linger=0) if isinstance(thing, zmq.Socket) else thing.close()
+
+
 def kill_run(process: subprocess.Popen, run_dir: Path) -> None:
     """SIGKILL a run started in its own session, and remove the shared memory it could not.
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import kill_run, metrics_lines, run_workers, srl_command, train_until, wait_for
 
 pytestmark = pytest.mark.integration
@@ -144,25 +143,73 @@ def test_workers_of_a_sigkilled_controller_exit_and_leave_no_shared_memory(tmp_p
         kill_run(process, run_dir)
 
 
-def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counters(tmp_path):
-    """Garbage, oversized messages, a captured valid message replayed, and a flood, at every
-    TCP endpoint `srl status --json` lists: the run keeps learning and counts each by reason."""
-    import random
-    import socket
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
-    import zmq
+
+#: What a peer without the run's keys sends to one TCP endpoint, from a process of its own: raw
+#: garbage; a well-formed ZeroMQ peer's forged, multi-frame, oversized and flooding messages;
+#: the attack that once buffered 1.3 GB in a trainer (20 frames of 64 MiB, each under the cap,
+#: here as frames a peer that asks for CURVE sends in its handshake); and 2,000 idle connections.
+_HOSTILE_PEER = """
+import random, socket, struct, sys, time
+import zmq
+host, port = sys.argv[1], int(sys.argv[2])
+endpoint = f"tcp://{host}:{port}"
+rng = random.Random(0)
+for _ in range(5):
+    with socket.create_connection((host, port), timeout=2) as raw:
+        raw.sendall(rng.randbytes(rng.randint(1, 4096)))
+context = zmq.Context()
+for messages in ([[rng.randbytes(rng.randint(0, 300)) for _ in range(3)] for _ in range(20)],
+                 [[b"x" * (64 << 20)] * 20], [[b"SRL1{", b"y" * 64]] * 2000):
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.SNDTIMEO, 2000)
+    dealer.connect(endpoint)
+    for message in messages:
+        try:
+            dealer.send_multipart(message, copy=False)
+        except zmq.Again:
+            break
+    dealer.close(linger=1000)
+context.destroy(linger=0)
+chunk = b"z" * (1 << 20)
+for _ in range(20):
+    try:
+        with socket.create_connection((host, port), timeout=5) as raw:
+            raw.sendall(b"\\xff" + b"\\0" * 8 + b"\\x7f\\x03\\x00" + b"CURVE".ljust(20, b"\\0") + b"\\0" * 32)
+            raw.sendall(b"\\x06" + struct.pack(">Q", 64 << 20))
+            for _ in range(64):
+                raw.sendall(chunk)
+    except OSError:
+        pass
+idle = []
+for _ in range(2000):
+    try:
+        idle.append(socket.create_connection((host, port), timeout=5))
+    except OSError:
+        break
+time.sleep(1)
+print(len(idle))
+"""
+
+
+def test_peers_without_the_runs_keys_change_nothing_but_the_rejection_counters(tmp_path):
+    """Every attack a peer without the run's keys can make, at every TCP endpoint `srl status
+    --json` lists: the run keeps learning, its servers' memory stays put, and the refused
+    handshakes are counted. (What a peer that holds the keys could send is the guard's:
+    tests/test_wire_guard.py.)"""
+    import sys
 
     run_dir = tmp_path / "run"
     # Stopped by Ctrl-C once it learned on after the attack, not by a return to reach: CartPole
-    # can reach any return before the traffic is all sent, and a run that ended leaves the
-    # forged messages no peer to go to. Small caps
-    # (a CartPole trajectory is ~100 KB) keep the oversized messages cheap to send.
+    # can reach any return before the traffic is all sent.
     process = subprocess.Popen(
         srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "actors.inference=remote",
-                    "streams.transport=zmq", "streams.max_message_mb.inference=1", "streams.max_message_mb.samples=4",
-                    "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=300", "log.tensorboard=false"),
+                    "streams.transport=zmq", "stop.episode_return=null", "stop.env_steps=null", "stop.time_s=300",
+                    "log.tensorboard=false"),
         cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    context = zmq.Context()
     try:
         def all_listening():
             workers = _status(run_dir).get("workers", [])
@@ -171,60 +218,46 @@ def test_hostile_traffic_to_every_port_changes_nothing_but_the_rejection_counter
         wait_for(all_listening, 60, "servers listening", process)
         status = json.loads(subprocess.run(srl_command("status", "--json", str(run_dir)), capture_output=True,
                                            text=True, check=True, timeout=60).stdout)
-        listed = {w["name"]: w["endpoints"] for w in status["workers"]}
-        # The policy worker serves inference; the trainer takes samples, then publishes parameters.
-        routers = [listed["policy.0"][0], listed["trainer.0"][0]]
-        (publisher,) = listed["trainer.0"][1:]
-        assert all(e.startswith("tcp://127.0.0.1:") for e in [*routers, publisher])
-
-        # Anyone on the host may subscribe to the parameters: capture one valid, sealed message.
-        sub = context.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(publisher)
-        assert sub.poll(5000), "no parameters published within 5 s"
-        captured = [bytes(f) for f in sub.recv_multipart()]
-        sub.close()
-
-        rng = random.Random(0)
-        for endpoint in routers:
+        listed = {w["name"]: w for w in status["workers"]}
+        # The policy worker serves inference; the trainer takes samples and publishes parameters.
+        endpoints = [*listed["policy.0"]["endpoints"], *listed["trainer.0"]["endpoints"]]
+        assert len(endpoints) == 3 and all(e.startswith("tcp://127.0.0.1:") for e in endpoints)
+        servers = {name: listed[name]["pid"] for name in ("policy.0", "trainer.0")}
+        before = {name: _rss_mb(pid) for name, pid in servers.items()}
+        peak = dict(before)
+        for endpoint in endpoints:
             host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
-            for _ in range(5):  # raw garbage: not even a ZeroMQ handshake
-                with socket.create_connection((host, int(port)), timeout=2) as raw:
-                    raw.sendall(rng.randbytes(rng.randint(1, 4096)))
-            for messages in (
-                [[rng.randbytes(rng.randint(0, 300)) for _ in range(rng.randint(1, 4))] for _ in range(20)],  # forged
-                [[b"x" * (1 << 20)] * 5],  # 5 MiB in frames under the cap, over it in all: counted
-                [[b"x" * (5 << 20)]],  # one frame over the cap: libzmq drops the peer unread
-                [captured, captured],  # valid, but sealed for the parameter stream
-                [[b"SRL1{", b"y" * 64]] * 2000,  # a flood
-            ):
-                dealer = context.socket(zmq.DEALER)  # a well-formed ZeroMQ peer
-                dealer.setsockopt(zmq.SNDTIMEO, 5000)  # fail, not hang, if the server has gone
-                dealer.connect(endpoint)
-                for message in messages:
-                    dealer.send_multipart(message)
-                dealer.close(linger=5000)  # after what it queued is delivered (a loaded host connects slowly)
+            attack = subprocess.Popen([sys.executable, "-c", _HOSTILE_PEER, host, port], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+            while attack.poll() is None:
+                peak = {name: max(peak[name], _rss_mb(pid)) for name, pid in servers.items()}
+                time.sleep(0.05)
+            out, err = attack.communicate()
+            assert attack.returncode == 0, err
+            assert int(out) >= 1000, out  # it held its idle connections open
         version = max(w["policy_version"] or 0 for w in _status(run_dir)["workers"])
         # It learns to cartpole-ppo's threshold (random: 22) and goes on training after the attack.
         wait_for(lambda: _best_return(run_dir) >= 475
                   and max(w["policy_version"] or 0 for w in _status(run_dir).get("workers", [])) > version + 10,
                   150, "a return of 475 and ten versions after the attack", process)
+        grown = {name: peak[name] - before[name] for name in servers}
+        # The bound: 64 connections in their handshake per server (streams.max_pending_connections),
+        # each holding a 256 KiB frame at most (wire.FRAME_BYTES) and a few KiB of libzmq's: 16 MiB
+        # and a little; the rest of the margin is the run's own growth over the attack's ~40 s.
+        assert all(mb < 48 for mb in grown.values()), grown
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=60)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["stop_reason"] == "interrupted", summary
-        assert summary["policy_version"] > version + 10, summary
         workers = {w["name"]: w for w in _status(run_dir)["workers"]}
-        for name in ("policy.0", "trainer.0"):
+        for name in servers:
             rejected = workers[name]["rejected"]
-            assert rejected.get("bad_tag", 0) >= 2020 and rejected.get("oversized", 0) >= 1, (name, rejected)
-            assert rejected.get("wrong_stream", 0) >= 2, (name, rejected)
-        assert workers["policy.0"]["dropped"] >= 2020
+            refused = rejected.get("unauthenticated", 0) + rejected.get("shed", 0)
+            assert refused >= 1000 and rejected.get("shed", 0) >= 1, (name, rejected)
+            assert not set(rejected) - {"unauthenticated", "shed"}, (name, rejected)  # nothing got past the gate
         assert not any(w["rejected"] for w in workers.values() if w["kind"] == "actor")  # nothing aimed at them
         assert all(w["restarts"] == 0 for w in workers.values())
     finally:
-        context.destroy(linger=0)
         kill_run(process, run_dir)
 
 

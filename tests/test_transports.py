@@ -87,8 +87,11 @@ def sealed_for(server: LinkServer) -> wire.Seal:
 
 
 def raw_dealer(ctx: StreamContext, address: str) -> zmq.Socket:
+    """A ZeroMQ peer that holds the run's keys (over TCP) and sends whatever a test makes."""
     sock = ctx.zmq_context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if address.startswith("tcp://"):
+        ctx.secure(sock, server=False)
     sock.connect(address)
     return sock
 

@@ -179,6 +179,12 @@ class StreamsConfig(Section):
     when_full: Literal["wait", "drop_oldest"] = "wait"
     trainer_queue: PositiveInt = 16
     max_message_mb: MessageCaps = MessageCaps()
+    #: Over TCP only peers with the run's keys finish a handshake (`srl.streams.gate`): a peer
+    #: that has not within this many seconds is dropped ...
+    handshake_timeout_s: float = Field(5.0, gt=0, le=300)
+    #: ... and each server keeps at most this many connections in their handshake (the oldest
+    #: are shut first), so peers without the keys never take the descriptors its files need.
+    max_pending_connections: int = Field(64, ge=1, le=65536)
 
 
 class ReplayConfig(Section):

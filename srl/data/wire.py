@@ -248,6 +248,49 @@ class Guard:
         return _open(views[:-2])
 
 
+# ----------------------------------------------------------------------- frames over TCP
+#: The largest frame a TCP server reads (its ZeroMQ MAXMSGSIZE): libzmq reads a whole frame before
+#: anyone sees it, even in a handshake, so this bounds what a peer without the run's keys makes a
+#: server hold per connection. Longer frames travel as consecutive slices (`split`, `join`).
+FRAME_BYTES = 256 << 10
+#: ... and that plus what CurveZMQ's encryption adds to a frame (a command name, a nonce, a MAC).
+FRAME_BYTES_SEALED = FRAME_BYTES + 1024
+CHUNKED = b"SRLc"
+
+
+def split(frames: Sequence[Any]) -> list[Any]:
+    """`frames` with none longer than `FRAME_BYTES`: if one is, an index frame (the number of
+    slices of each) goes first and each long frame goes as slices of it (views, not copies)."""
+    views = [memoryview(f).cast("B") for f in frames]
+    if all(v.nbytes <= FRAME_BYTES for v in views):
+        return list(frames)
+    counts = [max(1, -(-v.nbytes // FRAME_BYTES)) for v in views]
+    out: list[Any] = [CHUNKED + struct.pack(f"<{len(counts)}I", *counts)]
+    for view, count in zip(views, counts):
+        out.extend(view[i * FRAME_BYTES:(i + 1) * FRAME_BYTES] for i in range(count))
+    return out
+
+
+def join(frames: Sequence[Any], max_bytes: int, max_frames: int = MAX_FIELDS + 3) -> list[Any]:
+    """The frames `split` made, whole again (a message that was not split comes back as it is)."""
+    if not frames or bytes(memoryview(frames[0])[:len(CHUNKED)]) != CHUNKED:
+        return list(frames)
+    index = memoryview(frames[0])[len(CHUNKED):]
+    if index.nbytes % 4 or not 0 < index.nbytes // 4 <= max_frames:
+        raise WireError("bad slice index")
+    counts = struct.unpack(f"<{index.nbytes // 4}I", index)
+    if 0 in counts or sum(counts) != len(frames) - 1:
+        raise WireError(f"a slice index for {sum(counts)} slices on {len(frames) - 1}")
+    size = sum(memoryview(f).nbytes for f in frames[1:])
+    if size > max_bytes:
+        raise WireError(f"{size} bytes, more than the stream's {max_bytes}", OVERSIZED)
+    whole, at = [], 1
+    for count in counts:
+        whole.append(frames[at] if count == 1 else b"".join(memoryview(f) for f in frames[at:at + count]))
+        at += count
+    return whole
+
+
 # ----------------------------------------------------------------------- one region
 _REGION_HEAD = struct.Struct("<II")  # header length, number of buffers
 

@@ -91,7 +91,9 @@ class Controller:
         self.private_dir = tempfile.mkdtemp(prefix=f"srl-{self.run_id}-")  # 0700: ours alone
         claim_private_dir(self.private_dir, self.run_dir.path)
         context = ContextSpec(self.run_id, secrets.token_bytes(32), os.path.join(self.private_dir, "names"),
-                              self.private_dir, caps=config.streams.max_message_mb.in_bytes())
+                              self.private_dir, caps=config.streams.max_message_mb.in_bytes(),
+                              handshake_timeout_ms=int(config.streams.handshake_timeout_s * 1000),
+                              max_pending=config.streams.max_pending_connections)
         self.context = self.launcher.worker_context(context)
         self.metrics = RunMetrics()
         #: When the run stops: the config's `stop:` unless the caller has a rule of its own
@@ -229,6 +231,7 @@ class Controller:
         while not self.stop_reason:
             self.launcher.idle()
             self._take_messages(50)
+            self.control.ctx.check_gates()
             now = time.monotonic()
             if self._stop_requested:
                 self._stop(self._stop_requested)
@@ -310,11 +313,17 @@ class Controller:
                 print(f"srl: worker {worker.spec.name}: {meta['fatal']}", file=sys.stderr)
                 self._stop(f"worker {worker.spec.name}: {meta['fatal']}")
 
+    def _resumed_nothing(self) -> bool:
+        """A resume that has not stepped an env yet: what the previous run wrote stays its last word
+        (a resume that fails to start leaves summary.json and metrics.jsonl as they were)."""
+        return self.resume and self.env_steps <= self.metrics.env_steps_at_start
+
     def _report(self, now: float, last: tuple[float, int]) -> tuple[float, int]:
         steps = self.env_steps
         fps = (steps - last[1]) / max(now - last[0], 1e-9)
         record = self.metrics.record(list(self.workers.values()), now - self.started, fps)
-        self._write("metrics.jsonl", lambda: self.run_dir.log_metrics(record))
+        if not self._resumed_nothing():
+            self._write("metrics.jsonl", lambda: self.run_dir.log_metrics(record))
         for mode in self.modes:
             self._write(f"the {type(mode).__name__.lower()}'s reports",
                         lambda mode=mode: mode.report(list(self.workers.values()), now - self.started))
@@ -401,6 +410,10 @@ class Controller:
             errors["run_dir"] = self.write_error
         if errors:
             self.summary["errors"] = errors
-        self._write("summary.json", lambda: self.run_dir.write_summary(self.summary))
+        if self._resumed_nothing():
+            print("srl: the resumed run stopped before it stepped an env: summary.json and metrics.jsonl are "
+                  "as the previous run left them", file=sys.stderr)
+        else:
+            self._write("summary.json", lambda: self.run_dir.write_summary(self.summary))
         self.run_dir.close()
         self.lock.release()

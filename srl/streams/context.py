@@ -26,6 +26,9 @@ class ContextSpec:
     caps: dict[str, int] = field(default_factory=dict)
     #: Every worker in one process, stepped in turn (`launcher: inline`): see `StreamContext.inline`.
     inline: bool = False
+    #: The gate of TCP servers (`streams.handshake_timeout_s`, `streams.max_pending_connections`).
+    handshake_timeout_ms: int = 5000
+    max_pending: int = 64
 
     def build(self) -> StreamContext:
         host, ipc_dir = self.host, self.ipc_dir
@@ -42,4 +45,5 @@ class ContextSpec:
         if ipc_dir == "node":
             ipc_dir = os.path.join(tempfile.gettempdir(), f"srl-{self.run_id}-{host}")
             os.makedirs(ipc_dir, mode=0o700, exist_ok=True)
-        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps, inline=self.inline)
+        return StreamContext(self.run_id, self.secret, names, ipc_dir, host, caps=self.caps, inline=self.inline,
+                             handshake_timeout_ms=self.handshake_timeout_ms, max_pending=self.max_pending)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import re
 import resource
 import secrets
@@ -40,6 +41,7 @@ from srl.api.config import MessageCaps
 from srl.api.worker import Transport
 from srl.data import wire
 from srl.data.named_array import NamedArray
+from srl.streams import gate
 from srl.streams.names import NameService
 from srl.streams.shm import PREFIX, Segment
 
@@ -90,9 +92,39 @@ class StreamContext:
     #: Every worker of the run lives in this process, stepped in turn by one loop (`launcher:
     #: inline`): nothing may wait for another, so every wait on a link returns at once.
     inline: bool = False
+    #: TCP servers drop a peer that has not finished its handshake within this (`srl.streams.gate`) ...
+    handshake_timeout_ms: int = 5000
+    #: ... and keep at most this many connections in their handshake, each.
+    max_pending: int = 64
+    #: The gates of this process's TCP servers, checked between a worker's polls (`check_gates`).
+    gates: list[gate.Gatekeeper] = field(default_factory=list, repr=False)
 
     def cap(self, kind: str) -> int:
         return self.caps.get(kind) or _DEFAULT_CAPS[kind]
+
+    @functools.cached_property
+    def curve(self) -> gate.CurveKeys:
+        return gate.CurveKeys.of(self.secret)
+
+    def secure(self, socket: zmq.Socket, server: bool) -> gate.Gatekeeper | None:
+        """Put a TCP socket (before it binds or connects) behind the run's gate; a server's gatekeeper."""
+        if not server:
+            gate.connect(socket, self.curve)
+            return None
+        gate.serve(socket, self.curve, self.handshake_timeout_ms)
+        keeper = gate.Gatekeeper(socket, self.handshake_timeout_ms, self.max_pending, self.rejected)
+        self.gates.append(keeper)
+        return keeper
+
+    def release(self, keeper: gate.Gatekeeper | None) -> None:
+        """Stop watching a server's gate, before its socket closes (twice is harmless)."""
+        if keeper in self.gates:
+            self.gates.remove(keeper)
+            keeper.close()
+
+    def check_gates(self) -> None:
+        for keeper in self.gates:
+            keeper.check()
 
     @property
     def shm_prefix(self) -> str:
@@ -230,6 +262,7 @@ class _Endpoint:
         self.kind = kind
         self.transport = transport
         self.max_bytes = ctx.cap(kind)
+        self.keeper: gate.Gatekeeper | None = None
         self.socket = self._socket(socket_type)
         # Over TCP every message is sealed; Unix sockets live in a directory only we can read.
         self.secret = ctx.secret if transport == "zmq" else None
@@ -245,9 +278,12 @@ class _Endpoint:
         socket = self.ctx.zmq_context.socket(socket_type)
         socket.setsockopt(zmq.LINGER, 0)
         # libzmq drops a peer that sends a larger frame as soon as it reads the frame's length:
-        # nothing that big is ever allocated. A message of many smaller frames is checked whole
-        # by the guard, before its tag is computed.
-        socket.setsockopt(zmq.MAXMSGSIZE, self.max_bytes)
+        # nothing that big is ever allocated. Over TCP that is a slice's length (`wire.split`),
+        # which bounds a handshake too; a message of many frames is checked whole by the guard,
+        # before its tag is computed.
+        socket.setsockopt(zmq.MAXMSGSIZE, wire.FRAME_BYTES_SEALED if self.transport == "zmq" else self.max_bytes)
+        if self.transport == "zmq":
+            self.keeper = self.ctx.secure(socket, server=socket_type == zmq.ROUTER)
         return socket
 
     def _bind(self, address: str, outgoing: str, incoming: str) -> None:
@@ -275,7 +311,7 @@ class _Endpoint:
         frames = self.seal.encode(meta, arrays) if self.seal is not None else wire.encode(meta, arrays)
         if arrays is not None:
             self._check_size(sum(memoryview(f).nbytes for f in frames))
-        return frames
+        return wire.split(frames) if self.transport == "zmq" else frames
 
     def _check_size(self, nbytes: int) -> None:
         # Fail here, loudly, rather than have the receiver drop every such message.
@@ -285,6 +321,8 @@ class _Endpoint:
 
     def _decode(self, frames: list[Any]) -> Received | None:
         try:
+            if self.transport == "zmq":
+                frames = wire.join(frames, self.max_bytes)
             meta, arrays = self.guard.decode(frames)
             slot = meta.pop(_SLOT_KEY, None)
             if type(slot) is not int:
@@ -340,6 +378,7 @@ class _Endpoint:
         return bool(self.socket.poll(0 if self.ctx.inline else timeout_ms, zmq.POLLIN))
 
     def close(self) -> None:
+        self.ctx.release(self.keeper)
         self.socket.close(linger=0)
         if self.reader is not None:
             self.reader.close()

@@ -152,6 +152,8 @@ class ZmqParameterPublisher(ParameterPublisher):
         self.socket.setsockopt(zmq.SNDHWM, 2)  # slow subscribers skip versions, never queue them
         # A PUB socket reads only subscriptions, but a peer could still send it large frames.
         self.socket.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
+        self.ctx = ctx
+        self.keeper = ctx.secure(self.socket, server=True)  # subscribers hold the run's keys
         self.socket.bind(f"tcp://{ctx.host}:0")
         self.seal = wire.Seal(ctx.secret, _binding(key))
         self.frames: list[Any] | None = None
@@ -176,6 +178,7 @@ class ZmqParameterPublisher(ParameterPublisher):
             self._send()
 
     def close(self) -> None:
+        self.ctx.release(self.keeper)
         self.socket.close(linger=0)
 
 
@@ -186,6 +189,7 @@ class ZmqParameterSubscriber(ParameterSubscriber):
         self.socket.setsockopt(zmq.RCVHWM, 2)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.setsockopt(zmq.MAXMSGSIZE, ctx.cap(KIND))
+        ctx.secure(self.socket, server=False)
         self.ctx, self.key = ctx, key
         self.address = ctx.names.lookup(key, lookup_timeout_s)
         self.socket.connect(self.address)

@@ -334,6 +334,7 @@ class Worker(ABC):
     def _turn(self) -> bool:
         if not self.heartbeat():
             return False
+        self.ctx.check_gates()
         self._carry_out_commands()
         self.poll()
         return True

@@ -184,9 +184,18 @@ def test_evaluate_refuses_a_malicious_checkpoint(tmp_path):
 
 @pytest.mark.integration
 def test_resume_from_a_malicious_checkpoint_stops_before_anything_runs_it(tmp_path):
+    """... and leaves the previous run's summary and metrics as they were; a stray file beside
+    the checkpoints is named and ignored."""
     run_dir, marker = _run_dir_with(tmp_path, lambda m: {"policy": RunsCodeOnLoad(m)})
+    previous = {"summary.json": '{"env_steps": 12345, "stop_reason": "env_steps reached"}',
+                "metrics.jsonl": '{"env_steps": 12345}\n'}
+    for name, text in previous.items():
+        (run_dir / name).write_text(text)
+    (run_dir / "checkpoints" / "ckpt-000000052 (copy).pt").write_bytes(b"not a checkpoint")
     result = subprocess.run(srl_command("train", "--resume", str(run_dir)), cwd=tmp_path,
                             capture_output=True, text=True, timeout=180)
     assert result.returncode != 0
     assert "trainer.0 failed to start" in result.stderr and "refused" in result.stderr, result.stderr[-2000:]
     assert not marker.exists()
+    assert "ckpt-000000052 (copy).pt in" in result.stderr and "ignored" in result.stderr
+    assert {name: (run_dir / name).read_text() for name in previous} == previous

@@ -62,9 +62,12 @@ def path_of(directory: str | Path, version: int) -> Path:
     return Path(directory) / f"ckpt-{version:09d}.pt"
 
 
+_NAME = re.compile(r"ckpt-(\d+)\.pt")
+
+
 def versions(directory: str | Path) -> list[int]:
     """The versions `directory` holds a checkpoint of, oldest first (other files are not checkpoints)."""
-    found = (re.fullmatch(r"ckpt-(\d+)\.pt", p.name) for p in Path(directory).glob("ckpt-*.pt"))
+    found = (_NAME.fullmatch(p.name) for p in Path(directory).glob("ckpt-*.pt"))
     return sorted(int(match.group(1)) for match in found if match)
 
 
@@ -121,6 +124,8 @@ def is_valid(path: str | Path) -> bool:
 
 def latest(directory: str | Path) -> Path | None:
     """The newest checkpoint whose checksum holds (older ones are tried in turn)."""
+    for stray in sorted(p.name for p in Path(directory).glob("ckpt-*.pt") if not _NAME.fullmatch(p.name)):
+        log.warning("%s in %s is not a checkpoint's name (ckpt-<version>.pt): ignored", stray, directory)
     for version in reversed(versions(directory)):
         path = path_of(directory, version)
         if is_valid(path):

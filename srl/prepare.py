@@ -25,8 +25,8 @@ from typing import Any
 import pydantic
 
 from srl.api.agents import route
-from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, read_config_file, take_auto,
-                            validate_components, validate_structure)
+from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, fits_this_machine,
+                            read_config_file, take_auto, validate_components, validate_structure)
 from srl.api.graph import Graph, GraphError, ResolvedGraph
 from srl.api.graph import apply_overrides as apply_group_overrides
 from srl.api.graph import resolve
@@ -75,6 +75,7 @@ def prepare(source: str | Path | dict[str, Any] | ExperimentConfig | None = None
     if before_components is not None:
         before_components(config)
     config = validate_components(config)
+    fits_this_machine(config)
     check_devices(config)
     from srl.launch.tracking import check_wandb
 

@@ -140,9 +140,17 @@ def test_bad_values_fail_with_one_line_naming_the_field(override, path):
     (["policy.args.hidden=[100000,100000]"], "policy.args.hidden.0: Input should be less than or equal to 16384"),
     (["streams.max_message_mb.samples=100000000000"], "streams.max_message_mb.samples: 1e+11 MiB is over 0.5 of this "
                                                       "machine's memory"),
+    (["streams.max_message_mb.samples=1e11"], "streams.max_message_mb.samples: 1e+11 MiB is over"),
+    (["streams.max_pending_connections=1000000"], "streams.max_pending_connections: Input should be less than"),
 ])
 def test_resource_bombs_are_refused_in_one_line_naming_the_field(overrides, message):
+    """Through the pipeline `srl train` starts a run with (`srl.prepare`), not just `load`."""
+    from srl.prepare import prepare
+
     assert config_error(*overrides).startswith(message)
+    with pytest.raises(ConfigError) as info:
+        prepare("cartpole-ppo", overrides)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
 def test_limits_are_raised_on_purpose_and_the_whole_graph_counts():

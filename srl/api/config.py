@@ -777,11 +777,11 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     """Validate the experiment, each component's own args, and the sizes this machine must hold.
     Raises ConfigError."""
     config = validate_components(validate_structure(data))
-    _fits_this_machine(config)
+    fits_this_machine(config)
     return config
 
 
-def _fits_this_machine(config: ExperimentConfig) -> None:
+def fits_this_machine(config: ExperimentConfig) -> None:
     """Message caps against this machine's memory: checked where a run starts, not where its
     config is read again (`run_config` on a smaller machine). The defaults always pass."""
     share = config.limits.message_share_of_memory

@@ -46,6 +46,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 #: tcp_info` keeps the bytes the peer has acknowledged (`tcpi_bytes_acked`, since Linux 4.1).
 GREETING_BYTES = 64
 _BYTES_ACKED, _BYTES_ACKED_AT, _TCP_INFO_BYTES = struct.Struct("=Q"), 120, 256
+_TCP_INFO = getattr(_socket, "TCP_INFO", None)
 #: Seconds between looks at a gate's events: often enough that the pending cap holds within a
 #: few dozen connections of a flood, rarely enough to cost nothing on a worker's hot loop.
 CHECK_S = 0.02
@@ -87,9 +88,11 @@ def _past_hello(fd: int) -> bool:
     """Whether the server has had more than its greeting acknowledged on connection `fd`: it
     answers a HELLO only when the peer sealed it to the server's key, which a peer without the
     run's secret cannot derive, so a connection past it belongs to a peer with the keys."""
+    if _TCP_INFO is None:  # not Linux: no way to tell, so every young connection counts as pending
+        return False
     info = ctypes.create_string_buffer(_TCP_INFO_BYTES)
     size = ctypes.c_uint32(_TCP_INFO_BYTES)
-    if _libc.getsockopt(fd, _socket.IPPROTO_TCP, _socket.TCP_INFO, info, ctypes.byref(size)) != 0:
+    if _libc.getsockopt(fd, _socket.IPPROTO_TCP, _TCP_INFO, info, ctypes.byref(size)) != 0:
         return True  # not a TCP socket any more: nothing of ours to shed
     return size.value >= _BYTES_ACKED.size + _BYTES_ACKED_AT and \
         _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)[0] > GREETING_BYTES

@@ -295,6 +295,46 @@ def test_inference_stream_round_trip(ctx, ends, transport):
             assert reply["action"].tolist() == [10 * i + slot] * 4
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_lost_request_is_asked_again_and_a_stale_reply_is_not_taken(ctx, ends, transport):
+    """A request lost with its connection is re-sent on the same link; a late answer to an
+    earlier request of a ring slot never passes for the answer to the slot's current one."""
+    server = ends(InferenceServer(ctx, "inference/0", transport))
+    actor = ends(RemoteInference(ctx, "inference/0", transport, "actor", reconnect_after_s=0.05,
+                                 resend_after_s=0.3))
+
+    def obs(tag: float) -> NamedArray:
+        return NamedArray({"obs": {"obs": np.full((2, 3), tag, np.float32)}})
+
+    def answer(request) -> None:
+        server.answer(request, NamedArray({"action": request.arrays["obs/obs"][:, 0].astype(np.int64)}))
+
+    def receive_one():
+        deadline = time.monotonic() + 5
+        while not (got := server.receive(50)):
+            actor.reply(0)  # the client's turn: where it decides to ask again
+            assert time.monotonic() < deadline, "no request arrived"
+        return got[0]
+
+    actor.request(0, obs(1))
+    first = receive_one()  # received, never answered: as if lost on the way back
+    again = receive_one()  # asked again once resend_after_s had passed
+    assert actor.resends == 1 and again.arrays["obs/obs"][0, 0] == 1
+    answer(again)
+    deadline = time.monotonic() + 5
+    while (got := actor.reply(50)) is None:
+        assert time.monotonic() < deadline
+    assert got[0] == 0 and got[1]["action"].tolist() == [1, 1]
+    actor.request(0, obs(2))  # the slot's next request; then the lost one's answer arrives late
+    answer(first)
+    assert all(actor.reply(50) is None for _ in range(4))
+    answer(receive_one())
+    deadline = time.monotonic() + 5
+    while (got := actor.reply(50)) is None:
+        assert time.monotonic() < deadline
+    assert got[1]["action"].tolist() == [2, 2]
+
+
 # ------------------------------------------------------------------ parameters
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_parameters_newest_version_only(ctx, ends, transport, monkeypatch):

@@ -8,6 +8,7 @@ code is the same for both.
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -21,6 +22,10 @@ from srl.data.named_array import NamedArray
 from srl.streams.link import LinkClient, LinkServer, Received, StreamContext
 from srl.streams.meter import Mean
 from srl.streams.parameters import ParameterSubscriber
+
+
+#: The meta key of a request's number, which its reply echoes (`RemoteInference`).
+REQUEST = "n"
 
 
 class InferenceClient(ABC):
@@ -40,43 +45,69 @@ class InferenceClient(ABC):
 
 
 class RemoteInference(InferenceClient):
-    """Requests to a policy worker. If it is replaced, reconnect and ask again.
+    """Requests to a policy worker. If it is replaced, reconnect and ask again; if a request
+    goes unanswered all the same, ask again.
 
-    A request unanswered for `reconnect_after_s` makes the client check the name service;
-    a restarted policy worker has registered a new address, and every pending request is
-    re-sent there (the ring keeps each pending request's rows untouched until answered).
+    No reply for `reconnect_after_s` makes the client check the name service; a restarted
+    policy worker has registered a new address, and every pending request is re-sent there
+    (the ring keeps each pending request's rows untouched until answered). A request
+    unanswered for `resend_after_s` where the server has not moved is sent again on the same
+    link, whatever the other slots do: a dropped connection loses what was in flight on it,
+    and a ring would go on without that slot's envs. Each request carries a
+    number the reply echoes, so a late answer to an earlier request of the same ring slot
+    (or a second answer to a re-sent one) is never taken for the current request's.
     """
 
     def __init__(self, ctx: StreamContext, key: str, transport: Transport, name: str,
-                 reconnect_after_s: float = 2.0) -> None:
+                 reconnect_after_s: float = 2.0, resend_after_s: float = 10.0) -> None:
         self.link = LinkClient(ctx, key, transport, name, kind="inference")
         self.pending: dict[int, NamedArray] = {}
         self.reconnect_after_s = reconnect_after_s
-        self.last_reply = time.monotonic()
+        self.resend_after_s = resend_after_s
+        self.last_reply = self._last_check = time.monotonic()
         self.reconnects = 0
+        self.resends = 0
         self.sent_at: dict[int, float] = {}
+        self.last_sent: dict[int, float] = {}
+        #: The number of each slot's newest request, which its reply must carry.
+        self.asked: dict[int, int] = {}
+        self._numbers = itertools.count(1)
         self.round_trip = Mean()
 
     def request(self, slot: int, request: NamedArray) -> None:
         self.pending[slot] = request
-        self.sent_at[slot] = time.monotonic()  # one clock read per round trip, not per env step
-        self.link.send(slot, {}, request)
+        self.sent_at[slot] = now = time.monotonic()  # one clock read per round trip, not per env step
+        self.asked[slot] = next(self._numbers)
+        self._send(slot, now)
+
+    def _send(self, slot: int, now: float) -> None:
+        self.last_sent[slot] = now
+        self.link.send(slot, {REQUEST: self.asked[slot]}, self.pending[slot])
 
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:
         got = self.link.recv(timeout_ms)
         now = time.monotonic()
-        if got is None or got.arrays is None or got.slot not in self.pending:
-            if self.pending and now - self.last_reply > self.reconnect_after_s:
-                self.last_reply = now
-                if self.link.refresh():
-                    self.reconnects += 1
-                    for slot, request in self.pending.items():
-                        self.link.send(slot, {}, request)
+        if (got is None or got.arrays is None or got.slot not in self.pending
+                or got.meta.get(REQUEST) != self.asked[got.slot]):
+            if self.pending and now - self._last_check > self.reconnect_after_s:
+                self._last_check = now
+                self._ask_again(now)
             return None
         self.last_reply = now
         del self.pending[got.slot]
-        self.round_trip.add(now - self.sent_at[got.slot])  # a resend after a reconnect counts from the first send
+        self.round_trip.add(now - self.sent_at[got.slot])  # a resend counts from the first send
         return got.slot, got.arrays
+
+    def _ask_again(self, now: float) -> None:
+        if now - self.last_reply > self.reconnect_after_s and self.link.refresh():
+            self.reconnects += 1
+            for slot in self.pending:
+                self._send(slot, now)
+            return
+        for slot in self.pending:
+            if now - self.last_sent[slot] > self.resend_after_s:
+                self.resends += 1
+                self._send(slot, now)
 
     def close(self) -> None:
         self.link.close()
@@ -144,7 +175,8 @@ class InferenceServer:
         return [r for r in batch if r.arrays is not None]
 
     def answer(self, request: Received, reply: NamedArray) -> None:
-        self.link.send(request.client, request.slot, {}, reply)
+        number = request.meta.get(REQUEST)
+        self.link.send(request.client, request.slot, {REQUEST: number} if type(number) is int else {}, reply)
 
     @property
     def dropped(self) -> int:

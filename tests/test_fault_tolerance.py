@@ -151,7 +151,8 @@ def _rss_mb(pid: int) -> float:
 #: What a peer without the run's keys sends to one TCP endpoint, from a process of its own: raw
 #: garbage; a well-formed ZeroMQ peer's forged, multi-frame, oversized and flooding messages;
 #: the attack that once buffered 1.3 GB in a trainer (20 frames of 64 MiB, each under the cap,
-#: here as frames a peer that asks for CURVE sends in its handshake); and 2,000 idle connections.
+#: here as frames a peer that asks for CURVE sends in its handshake); and 600 idle connections,
+#: ten times what a server keeps in their handshake (streams.max_pending_connections).
 _HOSTILE_PEER = """
 import random, socket, struct, sys, time
 import zmq
@@ -185,7 +186,7 @@ for _ in range(20):
     except OSError:
         pass
 idle = []
-for _ in range(2000):
+for _ in range(600):
     try:
         idle.append(socket.create_connection((host, port), timeout=5))
     except OSError:
@@ -234,7 +235,7 @@ def test_peers_without_the_runs_keys_change_nothing_but_the_rejection_counters(t
                 time.sleep(0.05)
             out, err = attack.communicate()
             assert attack.returncode == 0, err
-            assert int(out) >= 1000, out  # it held its idle connections open
+            assert int(out) >= 500, out  # it held its idle connections open
         version = max(w["policy_version"] or 0 for w in _status(run_dir)["workers"])
         # It learns to cartpole-ppo's threshold (random: 22) and goes on training after the attack.
         wait_for(lambda: _best_return(run_dir) >= 475
@@ -253,7 +254,7 @@ def test_peers_without_the_runs_keys_change_nothing_but_the_rejection_counters(t
         for name in servers:
             rejected = workers[name]["rejected"]
             refused = rejected.get("unauthenticated", 0) + rejected.get("shed", 0)
-            assert refused >= 1000 and rejected.get("shed", 0) >= 1, (name, rejected)
+            assert refused >= 500 and rejected.get("shed", 0) >= 1, (name, rejected)
             assert not set(rejected) - {"unauthenticated", "shed"}, (name, rejected)  # nothing got past the gate
         assert not any(w["rejected"] for w in workers.values() if w["kind"] == "actor")  # nothing aimed at them
         assert all(w["restarts"] == 0 for w in workers.values())

@@ -177,7 +177,6 @@ def test_parameters_reach_subscribers_with_the_keys_and_no_one_else(tmp_path, op
 def test_the_gate_settings_are_checked_in_one_line():
     from srl.api.config import StreamsConfig
 
-    assert StreamsConfig().handshake_timeout_s > 0
     for field, value in (("handshake_timeout_s", 0), ("max_pending_connections", 0),
                          ("max_pending_connections", 10**6)):
         with pytest.raises(ValueError, match=field):

@@ -254,7 +254,7 @@ class Guard:
 #: server hold per connection. Longer frames travel as consecutive slices (`split`, `join`).
 FRAME_BYTES = 256 << 10
 #: ... and that plus what CurveZMQ's encryption adds to a frame (a command name, a nonce, a MAC).
-FRAME_BYTES_SEALED = FRAME_BYTES + 1024
+FRAME_BYTES_ENCRYPTED = FRAME_BYTES + 1024
 CHUNKED = b"SRLc"
 
 

@@ -6,7 +6,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-from srl.streams.link import StreamContext
+from srl.streams.link import DEFAULT_HANDSHAKE_MS, DEFAULT_MAX_PENDING, StreamContext
 from srl.streams.names import DirectoryNameService, NameService
 
 
@@ -27,8 +27,8 @@ class ContextSpec:
     #: Every worker in one process, stepped in turn (`launcher: inline`): see `StreamContext.inline`.
     inline: bool = False
     #: The gate of TCP servers (`streams.handshake_timeout_s`, `streams.max_pending_connections`).
-    handshake_timeout_ms: int = 5000
-    max_pending: int = 64
+    handshake_timeout_ms: int = DEFAULT_HANDSHAKE_MS
+    max_pending: int = DEFAULT_MAX_PENDING
 
     def build(self) -> StreamContext:
         host, ipc_dir = self.host, self.ipc_dir

@@ -142,7 +142,7 @@ class Gatekeeper:
             event = parse_monitor_message(frames)
             kind, fd = event["event"], event["value"]
             if kind == zmq.EVENT_ACCEPTED:
-                self.pending[fd] = time.monotonic()
+                self.pending[fd] = now
                 self.pending.move_to_end(fd)
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.pending.pop(fd, None)

@@ -37,7 +37,7 @@ from typing import Any
 
 import zmq
 
-from srl.api.config import MessageCaps
+from srl.api.config import MessageCaps, StreamsConfig
 from srl.api.worker import Transport
 from srl.data import wire
 from srl.data.named_array import NamedArray
@@ -72,6 +72,10 @@ def binding(kind: str, key: str, address: str, direction: str) -> str:
 
 
 _DEFAULT_CAPS = MessageCaps().in_bytes()
+_DEFAULT_STREAMS = StreamsConfig()
+#: The gate's settings where no config gives them (`streams.handshake_timeout_s`, `streams.max_pending_connections`).
+DEFAULT_HANDSHAKE_MS = int(_DEFAULT_STREAMS.handshake_timeout_s * 1000)
+DEFAULT_MAX_PENDING = _DEFAULT_STREAMS.max_pending_connections
 
 
 @dataclass
@@ -93,9 +97,9 @@ class StreamContext:
     #: inline`): nothing may wait for another, so every wait on a link returns at once.
     inline: bool = False
     #: TCP servers drop a peer that has not finished its handshake within this (`srl.streams.gate`) ...
-    handshake_timeout_ms: int = 5000
+    handshake_timeout_ms: int = DEFAULT_HANDSHAKE_MS
     #: ... and keep at most this many connections in their handshake, each.
-    max_pending: int = 64
+    max_pending: int = DEFAULT_MAX_PENDING
     #: The gates of this process's TCP servers, checked between a worker's polls (`check_gates`).
     gates: list[gate.Gatekeeper] = field(default_factory=list, repr=False)
 
@@ -281,7 +285,7 @@ class _Endpoint:
         # nothing that big is ever allocated. Over TCP that is a slice's length (`wire.split`),
         # which bounds a handshake too; a message of many frames is checked whole by the guard,
         # before its tag is computed.
-        socket.setsockopt(zmq.MAXMSGSIZE, wire.FRAME_BYTES_SEALED if self.transport == "zmq" else self.max_bytes)
+        socket.setsockopt(zmq.MAXMSGSIZE, wire.FRAME_BYTES_ENCRYPTED if self.transport == "zmq" else self.max_bytes)
         if self.transport == "zmq":
             self.keeper = self.ctx.secure(socket, server=socket_type == zmq.ROUTER)
         return socket

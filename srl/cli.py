@@ -180,8 +180,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     for item in args.agents:
         prefix, sep, source = item.partition("=")
         if not sep or not prefix or not source:
-            print(f"srl: --agents {item!r}: expected PREFIX=SOURCE, SOURCE one of {', '.join(SOURCES)} "
-                  "or a checkpoint path", file=sys.stderr)
+            print(f"srl: --agents {item!r}: expected PREFIX=SOURCE, SOURCE one of {', '.join(SOURCES)}, "
+                  "a checkpoint path or FILE.py:NAME", file=sys.stderr)
             return EXIT_CONFIG
         agents[prefix] = source if source in SOURCES else str(Path(source).resolve())
     run_dir = Path(args.run_dir).resolve()
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     play.add_argument("--envs", type=int, default=8, help="envs stepped together")
     play.add_argument("--agents", nargs="*", default=[], metavar="PREFIX=SOURCE",
                       help="agents whose id starts with PREFIX act with SOURCE: latest (default), best, initial, "
-                           "random or a ckpt-*.pt path")
+                           "random, a ckpt-*.pt path or a player in a Python file, FILE.py:NAME")
     play.add_argument("--deterministic", action="store_true", help="take the most likely action")
     play.add_argument("--allow-non-finite", action="store_true",
                       help="play a checkpoint whose weights hold NaN or infinity (refused otherwise)")

@@ -7,7 +7,9 @@ Every agent acts with one *source* of actions, chosen by the prefix of its id:
   config; it holds the policy only, which is all playing needs);
 - `initial`: the untrained network, initialised from the config's seed;
 - `random`: uniformly random actions;
-- a path to a `ckpt-*.pt` file.
+- a path to a `ckpt-*.pt` file;
+- a player from a Python file, `FILE.py:NAME`: `NAME(observation_space, action_space)` returns
+  an `srl.api.Policy` (a fixed opponent such as a search player: benchmarks/board_players.py).
 
 So `evaluate(run, agents={"seeker": "latest", "hider": "initial"})` pits trained seekers
 against untrained hiders: the cross-play that tells who learned what in a two-team game.
@@ -20,6 +22,8 @@ as it trains.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -56,6 +60,8 @@ def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tup
 
     if source == "random":
         return make_policy({"type": "random", "args": {"seed": config.seed}}, *spaces), "random"
+    if is_player_file(source):
+        return player_from_file(source, spaces)
     torch.manual_seed(config.seed)  # seeded as the trainer seeds its own network
     policy = make_policy(section, *spaces)
     if source == "initial":
@@ -84,6 +90,29 @@ def policy_for(source: str, run_dir: Path, config: ExperimentConfig, spaces: tup
         first = next((line for line in lines if not line.startswith("Error(s) in loading")), lines[0])
         raise ValueError(f"checkpoint {path} does not fit the run's policy: {first[:300]}") from None
     return policy, path.name
+
+
+def is_player_file(source: str) -> bool:
+    """Whether `source` names a player in a Python file, `FILE.py:NAME`."""
+    return re.fullmatch(r".+\.py:[A-Za-z_][\w.]*", source) is not None
+
+
+def player_from_file(source: str, spaces: tuple) -> tuple[Policy, str]:
+    """The player `FILE.py:NAME` builds for these (observation, action) spaces, and its label."""
+    file, _, name = source.rpartition(":")
+    path = Path(file)
+    if not path.is_file():
+        raise ValueError(f"player file {file} does not exist (a source FILE.py:NAME names a player in a Python file)")
+    spec = importlib.util.spec_from_file_location(f"_srl_player_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build = getattr(module, name, None)
+    if not callable(build):
+        raise ValueError(f"{file} has no player {name!r} (a callable taking the observation and action spaces)")
+    player = build(*spaces)
+    if not isinstance(player, Policy):
+        raise ValueError(f"{source} built a {type(player).__name__}, not an srl.api.Policy")
+    return player, f"{path.name}:{name}"
 
 
 def _row_sources(agent_ids: tuple[str, ...], agents: Mapping[str, str], default: str = "latest") -> dict[str, str]:

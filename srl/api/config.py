@@ -284,6 +284,9 @@ class SelfPlayConfig(Section):
     #: Agent ids of the learner's team, as fnmatch patterns (`player_0`, `red_*`); the other
     #: agents are its opponents. Only the learner's agents make samples.
     learner: list[str] = Field(min_length=1)
+    #: The learner takes the opponents' seats in every other env (and in half the league's
+    #: games): for games whose sides differ, such as board games where one player moves first.
+    swap_sides: bool = False
     #: How actors draw the opponents' version from the pool: the newest, any alike, or
     #: prioritized by the learner's win rate against it (PFSP: the ones it loses to).
     opponent: Literal["latest", "uniform", "pfsp"] = "pfsp"

@@ -61,6 +61,7 @@ ENVS = Registry("env", {
     "atari": "srl.envs.atari:AtariEnv",
     "vizdoom": "srl.envs.vizdoom:VizDoomEnv",
     "pettingzoo": "srl.envs.pettingzoo:PettingZooEnv",
+    "turn_based": "srl.envs.turn_based:TurnBasedEnv",
     "football": "srl.envs.football:FootballEnv",
     "duel": "srl.envs.duel:DuelEnv",
 })

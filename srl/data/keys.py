@@ -24,6 +24,9 @@ ALIVE = "alive"
 #: True where a row begins a new episode, so an RNN restarts there from its initial state
 #: (derived by the algorithm from the done flags of the row before; not sent by actors).
 EPISODE_START = "episode_start"
+#: An observation field of 0/1 per discrete action: the actions legal now (turn-based games).
+#: Policies never choose an action whose entry is 0 (`srl.models.masks`).
+ACTION_MASK = "action_mask"
 
 # Replay batches (built by buffer workers, see `srl.replay`).
 #: The observation an n-step return bootstraps from.

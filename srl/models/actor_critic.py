@@ -33,6 +33,7 @@ from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
+from srl.models.masks import check_mask_space, mask_of
 from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fields, run_layers, torch_layer
 
 #: An LSTM's (h, c), each [B, width].
@@ -203,6 +204,7 @@ class ActorCriticNet(nn.Module):
         nn.init.orthogonal_(self.value_head.weight, 1.0)
         nn.init.zeros_(self.value_head.bias)
         self.head = ActionHead(self.actor.out_dim, action_space, config.log_std_init)
+        check_mask_space(observation_space, sum(self.head.nvec) or None)
 
     def forward(self, obs: dict[str, torch.Tensor], memory: Memory | None = None,
                 starts: torch.Tensor | None = None) -> tuple[list[Distribution], torch.Tensor, Memory | None]:
@@ -211,6 +213,7 @@ class ActorCriticNet(nn.Module):
         With an LSTM, `memory` is (h, c) [B, width] and either N = B (one step per row) or,
         when `starts` [T, B] is given, N = T * B rows in time-major order (an unroll).
         """
+        mask = mask_of(obs)  # as the env gave it, before any normalisation
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         encoded = self.actor_encoder({k: obs[k] for k in self.actor_inputs})
@@ -221,7 +224,8 @@ class ActorCriticNet(nn.Module):
             critic_features = self.critic_encoder({k: obs[k] for k in self.critic_inputs})
         else:
             critic_features = features if self.critic_shares_actor else encoded
-        return self.head(self.actor(features)), self.value_head(self.critic(critic_features)).squeeze(-1), memory
+        dists = self.head(self.actor(features), mask)
+        return dists, self.value_head(self.critic(critic_features)).squeeze(-1), memory
 
 
 class ActingModule(nn.Module):
@@ -304,7 +308,7 @@ class ActorCriticPolicy(NetPolicy):
         actor_in = flatten_fields(fields, net.actor_encoder.fields)
         critic_in = actor_in if net.critic_encoder is None else flatten_fields(fields, net.critic_encoder.fields)
         action, logprob = net.head.sample_numpy(run_layers(numpy_net.actor, actor_in), numpy_net.log_std, self.rng,
-                                                deterministic)
+                                                deterministic, mask_of(obs))
         value = run_layers(numpy_net.critic, critic_in)[:, 0]
         return NamedArray({keys.ACTION: action, keys.LOGPROB: logprob, keys.VALUE: value})
 

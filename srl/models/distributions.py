@@ -9,6 +9,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from srl.models.masks import mask_scores, mask_scores_numpy
+
+#: The smallest exponential draw Gumbel-max sampling uses where actions are masked.
+_TINY = 1e-30
+
 
 class Categorical:
     """A categorical over the last dim, given logits.
@@ -18,11 +23,15 @@ class Categorical:
     Sampling is Gumbel-max: argmax(log p - log E), E ~ Exp(1).
     """
 
-    def __init__(self, logits: torch.Tensor) -> None:
+    def __init__(self, logits: torch.Tensor, masked: bool = False) -> None:
         self.logp = torch.log_softmax(logits, -1)
+        self.masked = masked
 
     def sample(self) -> torch.Tensor:
-        return torch.argmax(self.logp - torch.empty_like(self.logp).exponential_().log(), -1)
+        noise = torch.empty_like(self.logp).exponential_()
+        if self.masked:  # a draw of exactly 0 would lift an illegal action's score to +inf
+            noise.clamp_(min=_TINY)
+        return torch.argmax(self.logp - noise.log(), -1)
 
     def mode(self) -> torch.Tensor:
         return self.logp.argmax(-1)
@@ -97,13 +106,15 @@ class ActionHead(nn.Module):
     def action_dtype(self) -> np.dtype:
         return np.dtype(np.float32) if not self.nvec else np.dtype(np.int64)
 
-    def forward(self, features: torch.Tensor) -> list[Distribution]:
-        out = self.linear(features)
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> list[Distribution]:
+        """`mask` [N, sum of the discrete dims' sizes]: 0 where an action is illegal (`srl.models.masks`)."""
+        out = mask_scores(self.linear(features), mask)
         if not self.nvec:
             return [DiagonalNormal(out, self.log_std)]
+        masked = mask is not None
         if len(self.nvec) == 1:
-            return [Categorical(out)]
-        return [Categorical(logits) for logits in out.split(self.nvec, dim=-1)]
+            return [Categorical(out, masked)]
+        return [Categorical(logits, masked) for logits in out.split(self.nvec, dim=-1)]
 
     def sample(self, dists: list[Distribution], deterministic: bool) -> torch.Tensor:
         if not self.nvec:
@@ -129,10 +140,12 @@ class ActionHead(nn.Module):
         return sum(d.entropy() for d in dists)
 
     def sample_numpy(self, out: np.ndarray, log_std: np.ndarray | None, rng: np.random.Generator,
-                     deterministic: bool) -> tuple[np.ndarray, np.ndarray]:
+                     deterministic: bool, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`sample` and `log_prob` for acting in NumPy (srl/models/numpy_forward.py): the head's
-        linear output `out` [N, ...] (and a copy of `log_std`) to actions and float32 log-probs."""
+        linear output `out` [N, ...] (and a copy of `log_std`) to actions and float32 log-probs,
+        never an action `mask` marks illegal."""
         rows = len(out)
+        mask_scores_numpy(out, mask)
         if not self.nvec:  # the Gaussian: action = mean + std * noise, so its z is the noise
             noise = np.zeros_like(out) if deterministic else rng.standard_normal(out.shape, np.float32)
             action = out + np.exp(log_std) * noise
@@ -143,7 +156,13 @@ class ActionHead(nn.Module):
             logp = logits - logits.max(-1, keepdims=True)
             logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
             # Gumbel-max, as `Categorical.sample`.
-            action = logp.argmax(-1) if deterministic else (logp - np.log(rng.exponential(size=logp.shape))).argmax(-1)
+            if deterministic:
+                action = logp.argmax(-1)
+            else:
+                noise = rng.exponential(size=logp.shape)
+                if mask is not None:  # as `Categorical.sample`
+                    np.maximum(noise, _TINY, out=noise)
+                action = (logp - np.log(noise)).argmax(-1)
             logprob = logprob + np.take_along_axis(logp, action[:, None], -1)[:, 0]
             parts.append(action)
         if isinstance(self.space, gym.spaces.Discrete):

@@ -28,6 +28,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS, FlattenEncoder
+from srl.models.masks import check_mask_space, mask_of, mask_scores, mask_scores_numpy
 from srl.models.numpy_forward import (ACTIVATIONS, Layer, NumpyCopy, flatten_fields, linear_layer, run_layers,
                                       torch_layer)
 
@@ -75,11 +76,11 @@ class QNet(nn.Module):
         if self.memory is not None:
             features, memory = remember(self.memory, features, memory, starts)
         x = self.torso(features)
-        advantage = self.advantage(x)
-        if self.value is None:
-            return advantage, memory
-        # Centring the advantages makes V identifiable (the dueling paper's mean variant).
-        return self.value(x) + advantage - advantage.mean(-1, keepdim=True), memory
+        q = self.advantage(x)
+        if self.value is not None:
+            # Centring the advantages makes V identifiable (the dueling paper's mean variant).
+            q = self.value(x) + q - q.mean(-1, keepdim=True)
+        return mask_scores(q, mask_of(obs)), memory
 
 
 class QActingModule(nn.Module):
@@ -114,6 +115,7 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         self.observation_space = observation_space
         self.actions = int(action_space.n)
         self.device = torch.device(device)
+        check_mask_space(observation_space, self.actions)
         self.net = QNet(observation_space, self.actions, self.config).to(self.device)
         self.version = 0
         #: A feed-forward net on the CPU acts in NumPy (see srl/models/numpy_forward.py).
@@ -146,9 +148,10 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         else:
             self._fixed_epsilon = None
 
-    def _logprob(self, action: torch.Tensor, greedy: torch.Tensor, epsilon: float) -> torch.Tensor:
-        """Log-probability of `action` under epsilon-greedy around `greedy`."""
-        return torch.log(epsilon / self.actions + (1 - epsilon) * (action == greedy).float())
+    def _logprob(self, action: torch.Tensor, greedy: torch.Tensor, epsilon: float,
+                 legal: torch.Tensor | int) -> torch.Tensor:
+        """Log-probability of `action` under epsilon-greedy around `greedy` among `legal` actions."""
+        return torch.log(epsilon / legal + (1 - epsilon) * (action == greedy).float())
 
     def _numpy_layers(self) -> list[Layer]:
         """The torso's layers, then one layer for Q: the dueling combination V + A - mean(A) is
@@ -163,8 +166,10 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         return [*layers, linear_layer(weight, bias)]
 
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+        mask = mask_of(obs)
         if self._numpy is not None and self._numpy.follows(self.net):
             q, memory = run_layers(self._numpy.get(), flatten_fields(obs, self.net.encoder.fields)), None
+            mask_scores_numpy(q, mask)
         else:
             q, memory = self._torch_q(obs, state)
         # The rest in NumPy too: on acting batches (a few to a few hundred rows) each torch call
@@ -175,7 +180,7 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         if deterministic:
             action, logprob = greedy, np.zeros(len(greedy), np.float32)
         else:
-            action, logprob = self._explore(greedy)
+            action, logprob = self._explore(greedy, mask)
         out = NamedArray({keys.ACTION: action.astype(np.int64, copy=False), keys.LOGPROB: logprob, keys.VALUE: value})
         if memory is not None:
             out[keys.RNN_STATE] = NamedArray({"h": memory[0].cpu().numpy(), "c": memory[1].cpu().numpy()})
@@ -186,21 +191,31 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         q, memory = self.net(obs_tensors(obs, 1, self.device)[0], self._memory(state))
         return q.cpu().numpy(), memory
 
-    def _explore(self, greedy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Epsilon-greedy actions around `greedy` and their log-probabilities (float32, as `_logprob`'s)."""
+    def _explore(self, greedy: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Epsilon-greedy actions around `greedy`, exploring among the legal actions where `mask`
+        says which they are, and their log-probabilities (float32, as `_logprob`'s)."""
         epsilon, rows = self.epsilon, len(greedy)
         self.acted_rows += rows
         # One uniform draw per row decides both: below epsilon the row explores, and u / epsilon,
         # uniform on [0, 1) there, picks its action (one NumPy call fewer than a second draw).
         u = self.rng.random(rows)
         explore = u < epsilon
-        # (min: u / epsilon may round up to 1.)
-        pick = np.minimum(u * (self.actions / max(epsilon, 1e-12)), self.actions - 1).astype(np.int64)
+        if mask is None:
+            # (min: u / epsilon may round up to 1.)
+            pick = np.minimum(u * (self.actions / max(epsilon, 1e-12)), self.actions - 1).astype(np.int64)
+            action = np.where(explore, pick, greedy)
+            # Two probabilities only: the greedy action's and any other's.
+            other = epsilon / self.actions
+            return action, np.where(action == greedy, _log32(other + 1.0 - epsilon), _log32(other))
+        legal = np.asarray(mask).reshape(rows, -1) != 0
+        count = np.maximum(legal.sum(-1), 1)
+        nth = np.minimum(u * (count / max(epsilon, 1e-12)), count - 1).astype(np.int64)
+        pick = (np.cumsum(legal, -1) <= nth[:, None]).sum(-1)  # the index of the nth legal action
         action = np.where(explore, pick, greedy)
-        # Two probabilities only: the greedy action's and any other's.
-        other = epsilon / self.actions
-        logprob = np.where(action == greedy, _log32(other + 1.0 - epsilon), _log32(other))
-        return action, logprob
+        other = epsilon / count
+        with np.errstate(divide="ignore"):
+            logprob = np.log(np.where(action == greedy, other + 1.0 - epsilon, other))
+        return action, logprob.astype(np.float32)
 
     def q_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
         return self.unroll(batch)[0]
@@ -228,7 +243,9 @@ class QNetworkPolicy(ValuePolicy, NetPolicy):
         q = self.q_values(batch)
         value, greedy = q.max(-1)
         action = torch.as_tensor(batch[keys.ACTION], device=self.device)
-        return Analysis(self._logprob(action, greedy, self.epsilon), None, value)
+        mask = mask_of(batch[keys.OBS])
+        legal = self.actions if mask is None else torch.as_tensor(mask, device=self.device).ne(0).sum(-1).clamp(min=1)
+        return Analysis(self._logprob(action, greedy, self.epsilon, legal), None, value)
 
     def acting_module(self) -> QActingModule:
         """A CPU copy of the net that acts greedily (later training does not change it)."""

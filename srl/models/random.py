@@ -10,15 +10,18 @@ import numpy as np
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.models.masks import check_mask_space, mask_of
 
 
 class RandomPolicy(Policy):
-    """Uniform actions, logprob and value 0. It learns nothing: no `parameters()` or `buffers()`
-    (the interface's empty defaults), no params to ship beyond the version."""
+    """Uniform actions (among the legal ones where the observation has an `action_mask`),
+    logprob and value 0. It learns nothing: no `parameters()` or `buffers()` (the interface's
+    empty defaults), no params to ship beyond the version."""
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, seed: int | None = None,
                  **_: Any) -> None:
         self.action_space = action_space
+        check_mask_space(observation_space, int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else None)
         # No seed: one drawn from numpy's global generator, which each worker's shell seeds
         # from the run seed and the worker's identity (a fixed default made every actor the same).
         self.rng = np.random.default_rng(seed if seed is not None else np.random.randint(1 << 31))
@@ -30,7 +33,12 @@ class RandomPolicy(Policy):
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         n = len(obs)
         space = self.action_space
-        if isinstance(space, gym.spaces.Discrete):
+        mask = mask_of(obs)
+        if mask is not None:  # uniform over each row's legal actions (Discrete spaces only)
+            legal = np.asarray(mask).reshape(n, -1) != 0
+            scores = np.where(legal, self.rng.random(legal.shape), -1.0)
+            action = scores.argmax(-1)
+        elif isinstance(space, gym.spaces.Discrete):
             action = self.rng.integers(0, space.n, n)
         elif isinstance(space, gym.spaces.MultiDiscrete):
             action = self.rng.integers(0, space.nvec, (n, *space.shape))

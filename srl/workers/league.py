@@ -148,8 +148,16 @@ class League:
             return None
         self.matches += 1  # each match plays fresh starts
         seed = self.seed + self.matches * self.settings.episodes
-        return play_games(self.envs, self.seats, self.learner, self.opponent, self.settings.episodes, seed,
-                          self.settings.deterministic)
+        s = self.settings
+        if not s.swap_sides:
+            return play_games(self.envs, self.seats, self.learner, self.opponent, s.episodes, seed, s.deterministic)
+        # Half the games on each side, every result from the learner's side.
+        mine, theirs = self.seats
+        first = play_games(self.envs, (mine, theirs), self.learner, self.opponent, (s.episodes + 1) // 2, seed,
+                           s.deterministic)
+        second = play_games(self.envs, (theirs, mine), self.learner, self.opponent, s.episodes // 2, seed + s.episodes,
+                            s.deterministic)
+        return Games(first.scores + second.scores)
 
     def close(self) -> None:
         self.pool.close()

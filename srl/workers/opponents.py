@@ -62,11 +62,17 @@ class SelfPlay:
         agents = list(slot.agents)
         mine, _ = split_agents(agents, settings.learner)
         n = len(agents)
-        learner = np.array([r for r in range(slot.rows) if agents[r % n] in mine])
-        self.learner_rows = learner
-        self.opponent_rows = np.array([r for r in range(slot.rows) if agents[r % n] not in mine])
-        #: Per env, the learner's agents (one episode ends once per env, counted on its first learner agent).
-        self.learner_per_env = len(mine)
+        if settings.swap_sides and slot.n_envs % 2:
+            raise ValueError(f"self_play.swap_sides: the learner sits on either side in every other env of a "
+                             f"slot, so a slot needs an even number of envs, not {slot.n_envs} (actors.envs_per_slot)")
+
+        def learns(row: int) -> bool:  # with swap_sides, in odd envs the learner has the other seats
+            return (agents[row % n] in mine) != (settings.swap_sides and (row // n) % 2 == 1)
+
+        self.learner_rows = np.array([r for r in range(slot.rows) if learns(r)])
+        self.opponent_rows = np.array([r for r in range(slot.rows) if not learns(r)])
+        #: Per env, the learner's agents on average (an episode ends once per env, on each of its agents).
+        self.learner_per_env = len(self.learner_rows) / slot.n_envs
         #: The actor's envs, over all its slots (a draw is due after `opponent_episodes` episodes each).
         self.envs = sum(s.n_envs for s in slots)
         self.pool, self.make_policy, self.rng = pool, make_policy, rng

@@ -86,6 +86,7 @@ def test_bad_turn_based_configs_name_the_problem():
 @pytest.mark.parametrize("policy", [
     {"type": "actor_critic"},                                      # acts in NumPy
     {"type": "actor_critic", "args": {"lstm": 8}},                 # acts in torch
+    {"type": "actor_critic", "args": {"encoder": "board_cnn", "share_encoder": True}},
     {"type": "q_network", "args": {"epsilon_start": 0.5, "epsilon_end": 0.5}},
     {"type": "q_network", "args": {"lstm": 8, "epsilon_start": 0.0, "epsilon_end": 0.0}},
     {"type": "random"},
@@ -106,6 +107,22 @@ def test_no_policy_ever_takes_an_illegal_move_over_thousands_of_turns(game, poli
         requests, _ = ring.step(0, {DEFAULT_POLICY: reply})
         request = requests[DEFAULT_POLICY]
     assert checked >= 4_000 and len(ring.pop_episodes()[0]) > 50
+
+
+def test_hanabi_a_cooperative_card_game_plays_with_masked_moves():
+    pytest.importorskip("pyspiel", reason="needs the hanabi extra: pip install -e '.[hanabi]'")
+    envs = [make_env({"type": "turn_based", "id": "classic/hanabi-v5"}) for _ in range(4)]
+    slot = EnvSlot(envs, list(range(4)))
+    acting = make_policy({"type": "actor_critic", "args": {"hidden": [32]}}, *slot.spaces)
+    ring = EnvRing([slot], trajectory_length=16)
+    request = ring.start(0)[DEFAULT_POLICY]
+    while ring.env_steps < 1_000:
+        reply = acting.rollout(request[keys.OBS], NamedArray())
+        mask = request[keys.OBS][keys.ACTION_MASK]
+        assert mask[np.arange(len(mask)), reply[keys.ACTION]].all()
+        requests, _ = ring.step(0, {DEFAULT_POLICY: reply})
+        request = requests[DEFAULT_POLICY]
+    assert len(ring.pop_episodes()[0]) > 10
 
 
 def test_a_waiting_row_has_log_probability_zero_and_gives_the_policy_no_gradient():
@@ -134,6 +151,28 @@ def test_masked_sampling_never_draws_an_illegal_action_in_torch_or_numpy():
     out = head.linear(features).detach().numpy()
     action, logprob = head.sample_numpy(out, None, np.random.default_rng(0), False, mask.numpy())
     assert mask.numpy()[np.arange(5000), action].all() and (logprob[1::2] == 0).all()
+
+
+def test_the_board_cnn_reads_the_planes_wherever_a_pattern_stands_and_the_mask_beside_them():
+    from srl.models.cnn import BoardCNN
+
+    space = TurnBasedEnv(CONNECT4).observation_space("player_0")
+    encoder = BoardCNN(space.spaces)
+    assert encoder.out_dim == BoardCNN.CHANNELS * 6 * 7 + 7
+    board = torch.zeros(2, 6, 7, 2, dtype=torch.int8)
+    for bias in (m.bias for m in encoder.convs if isinstance(m, torch.nn.Conv2d)):
+        torch.nn.init.normal_(bias)  # (as after training: an empty cell's features differ from the padding's)
+    board[0, 3:6, 2, 0] = 1
+    board[1, 3:6, 4, 0] = 1  # the same three, two columns to the right
+    features = encoder({keys.OBS: board, keys.ACTION_MASK: torch.ones(2, 7, dtype=torch.int8)})
+    assert features.shape == (2, encoder.out_dim)
+    maps = features[:, :-7].reshape(2, BoardCNN.CHANNELS, 6, 7)
+    # Convolutions: the same response two columns on (each column's field of view, two columns
+    # either side, lies inside the board).
+    assert torch.allclose(maps[0, :, :, 2], maps[1, :, :, 4], atol=1e-5)
+    assert not torch.allclose(maps[0, :, :, 2], maps[1, :, :, 2], atol=1e-3)
+    with pytest.raises(ValueError, match="board_cnn reads one"):
+        BoardCNN({keys.OBS: space[keys.ACTION_MASK]})
 
 
 def test_a_mask_that_does_not_fit_the_actions_is_refused():

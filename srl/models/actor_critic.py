@@ -47,9 +47,10 @@ HiddenWidth = Annotated[int, pydantic.Field(gt=0, le=16_384)]
 class ActorCriticConfig(Section):
     hidden: list[HiddenWidth] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
-    #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images)
-    #: or `entity_attention` (entity lists with masks, e.g. hide-and-seek).
-    encoder: Literal["flatten", "nature_cnn", "entity_attention"] = "flatten"
+    #: How observation fields become features: `flatten` (vectors), `nature_cnn` (uint8 images),
+    #: `entity_attention` (entity lists with masks, e.g. hide-and-seek) or `board_cnn` (a game
+    #: board's [H, W, C] piece planes, e.g. connect four).
+    encoder: Literal["flatten", "nature_cnn", "entity_attention", "board_cnn"] = "flatten"
     #: Observation fields the actor reads (default: every field except `state`).
     actor_inputs: list[str] | None = None
     #: Observation fields the critic reads (default: the actor's; `[state]` for a centralised critic).

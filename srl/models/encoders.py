@@ -37,7 +37,14 @@ def _entity_attention(spaces: Mapping[str, gym.Space]) -> nn.Module:
     return EntityAttentionEncoder(spaces)
 
 
-ENCODERS = {"flatten": FlattenEncoder, "nature_cnn": _nature_cnn, "entity_attention": _entity_attention}
+def _board_cnn(spaces: Mapping[str, gym.Space]) -> nn.Module:
+    from srl.models.cnn import BoardCNN
+
+    return BoardCNN(spaces)
+
+
+ENCODERS = {"flatten": FlattenEncoder, "nature_cnn": _nature_cnn, "entity_attention": _entity_attention,
+            "board_cnn": _board_cnn}
 
 
 def is_image(space: gym.Space) -> bool:

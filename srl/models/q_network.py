@@ -38,7 +38,7 @@ Probability = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 class QNetworkConfig(Section):
     hidden: list[HiddenWidth] = [64, 64]
     activation: Literal["relu", "tanh"] = "relu"
-    encoder: Literal["flatten", "nature_cnn"] = "flatten"
+    encoder: Literal["flatten", "nature_cnn", "board_cnn"] = "flatten"
     #: Observation fields the network reads (default: every field except `state`, which is a global state for mixers).
     inputs: list[str] | None = None
     #: Dueling heads: Q = V + A - mean(A).

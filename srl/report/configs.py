@@ -56,7 +56,8 @@ MUJOCO_IDS = {"Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "In
               "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d"}
 #: What each extra of pyproject.toml installs, as the modules that show it is there.
 EXTRA_MODULES = {"atari": ["ale_py", "cv2"], "mujoco": ["mujoco"], "vizdoom": ["vizdoom"],
-                 "pettingzoo": ["pettingzoo"], "envpool": ["envpool"], "football": ["gfootball"]}
+                 "pettingzoo": ["pettingzoo"], "hanabi": ["pyspiel", "shimmy"], "envpool": ["envpool"],
+                 "football": ["gfootball"]}
 #: Extras that pip alone does not install.
 EXTRA_NOTES = {"football": "bash scripts/install_football.sh"}
 
@@ -70,6 +71,10 @@ def extras_for(env: dict[str, Any]) -> list[str]:
             extras.append("atari")
         elif env_id.split("/")[-1].split("-v")[0] in MUJOCO_IDS:
             extras.append("mujoco")
+    elif kind == "turn_based":  # PettingZoo's AEC games
+        extras.append("pettingzoo")
+        if "hanabi" in env_id:
+            extras.append("hanabi")
     elif kind in ("atari", "vizdoom", "pettingzoo", "football"):
         extras.append(kind)
         if kind == "pettingzoo" and env_id.startswith("srl.envs.hide_and_seek"):

@@ -23,6 +23,8 @@ ALLOWED = {
     "envs": {"api", "data"},
     "streams": {"api", "data"},
     "replay": {"data"},
+    # Tree search over a learned model (MuZero): pure NumPy, called by actors and reanalyse workers.
+    "search": {"data"},
     # Self-play's pure parts (the pool store, opponent selection, ratings, games): below workers.
     "league": {"api", "data"},
     "workers": {"api", "data", "streams", "envs", "replay", "league", "learn"},

@@ -1,0 +1,1 @@
+"""Search over learned models: batched Monte Carlo tree search (MuZero)."""

@@ -210,7 +210,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{result.episodes} episodes: return {result.return_mean:.3f} ± {result.return_stderr:.3f} (standard "
           f"error), length {result.length_mean:.1f}; agents: "
           + ", ".join(f"{a}={s}" for a, s in result.agents.items())
-          + "".join(f"; {p} return {r:.3f}" for p, r in result.policy_returns.items()))
+          + "".join(f"; {p} return {r:.3f}" for p, r in result.policy_returns.items())
+          + ("; won: " + ", ".join(f"{who} {n} ({n / result.episodes:.1%})" for who, n in result.outcomes.items())
+             if result.outcomes else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=1))
     if video is not None:

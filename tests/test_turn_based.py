@@ -1,6 +1,7 @@
 """Turn-based games: PettingZoo AEC envs with legal-move masks, masked policies, both-sided self-play,
 and the search players the board-game configs are measured against."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +219,22 @@ def test_a_player_file_that_does_not_hold_the_player_is_one_clear_error(tmp_path
     (tmp_path / "not_a_policy.py").write_text("def build(obs_space, action_space):\n    return 3\n")
     with pytest.raises(ValueError, match="built a int, not an srl.api.Policy"):
         player_from_file(f"{tmp_path}/not_a_policy.py:build", spaces)
+
+
+def test_srl_evaluate_seats_a_search_player_and_counts_wins_draws_and_losses(tmp_path, capsys):
+    from srl.cli import main
+
+    (tmp_path / "config.yaml").write_text("name: ttt\nseed: 1\nenv: {type: turn_based, id: classic/tictactoe-v3}\n"
+                                          "policy: {type: actor_critic}\nstop: {env_steps: 1000}\n")
+    (tmp_path / "checkpoints").mkdir()
+    json_path = tmp_path / "result.json"
+    assert main(["evaluate", str(tmp_path), "random", "--episodes", "60", "--envs", "6", "--agents",
+                 f"player_2={PLAYERS}:tictactoe_perfect", "--json", str(json_path)]) == 0
+    out = capsys.readouterr().out
+    assert "player_2=board_players.py:tictactoe_perfect" in out and "won: " in out
+    outcomes = json.loads(json_path.read_text())["outcomes"]
+    assert sum(outcomes.values()) == 60 and outcomes.get("player_1", 0) == 0  # the perfect player never loses
+    assert outcomes["player_2"] > 30
 
 
 def test_the_connect4_search_player_takes_a_win_and_blocks_one():

@@ -14,6 +14,8 @@ The loop it lives in (an actor's environment ring)::
         if all(s.terminated or s.truncated for s in steps.values()):
             steps = env.reset()
 
+A competitive env names the winner of each episode under `info[WINNER]` on its last step.
+
 An env may report numbers about a finished episode (how far objects moved, how often an
 agent did something): a dict of floats under `info[EPISODE_STATS]` on the episode's last
 step, in any agent's info. The run reports the mean of each over recent episodes.
@@ -32,6 +34,9 @@ Observation = dict[str, np.ndarray]
 
 #: The info key of an episode's own statistics, `dict[str, float]`, given on its last step.
 EPISODE_STATS = "episode_stats"
+#: The info key of a competitive game's result on its last step: the winning agent's id (or a
+#: list of them, a team), None for a draw. Self-play's league and `srl evaluate` count it.
+WINNER = "winner"
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from srl.api.env import AgentStep, Env
+from srl.api.env import WINNER, AgentStep, Env
 from srl.data import keys
 
 #: (dx, dy) of the moves and shots, by action: 0 stay, 1-4 move, 5-8 shoot.
@@ -125,7 +125,7 @@ class DuelEnv(Env):
             reward[1 - w] -= 1.0
         self.returns[0] += reward[0]
         self.returns[1] += reward[1]
-        info = {"winner": winner, "episode_return": self.returns[0], "episode_length": self.t} if over else {}
+        info = {WINNER: winner, "episode_return": self.returns[0], "episode_length": self.t} if over else {}
         terminated = min(self.hp) <= 0
         truncated = over and not terminated
         return {agent: AgentStep(self._obs(i), reward[i], terminated, truncated, info)

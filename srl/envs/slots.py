@@ -21,12 +21,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from srl.api.agents import DEFAULT_POLICY
-from srl.api.env import EPISODE_STATS, AgentStep, Env
+from srl.api.env import EPISODE_STATS, WINNER, AgentStep, Env
 from srl.data.named_array import NamedArray
 from srl.envs import checks
 
@@ -175,6 +176,8 @@ class EnvSlot(Slot):
         self.lengths = np.zeros(self.n_envs, np.int64)
         self.alive = {p: np.ones(g.rows, bool) for p, g in self.groups.items()}
         self.episode_stats = EpisodeStats()
+        #: The winners (`srl.api.env.WINNER`) of the episodes an env reported, in the order they ended, until popped.
+        self.winners: list[Any] = []
 
     def _write_obs(self, dest: dict[str, NamedArray], j: int, steps: dict[str, AgentStep],
                    check_dtypes: bool = False) -> None:
@@ -203,6 +206,7 @@ class EnvSlot(Slot):
             returns[:] = 0.0
         self.lengths[:] = 0
         self.episode_stats.pop()
+        self.winners.clear()
         for policy in self.groups:
             self.alive[policy][:] = True
             alive[policy][:] = True
@@ -230,6 +234,8 @@ class EnvSlot(Slot):
                 all_done &= not alive[row]
                 if self.reports_episodes and a == 0 and "episode_return" in st.info:
                     finished.append((float(st.info["episode_return"]), int(st.info.get("episode_length", 0))))
+                    if WINNER in st.info:
+                        self.winners.append(st.info[WINNER])
                 if stats is None:
                     stats = st.info.get(EPISODE_STATS)
             self.episode_stats.add(stats)
@@ -280,6 +286,10 @@ class EnvSlot(Slot):
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
         return self.episode_stats.pop()
+
+    def pop_winners(self) -> list[Any]:
+        winners, self.winners = self.winners, []
+        return winners
 
     def close(self) -> None:
         for env in self.envs:

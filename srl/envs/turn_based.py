@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from srl.api.env import AgentStep, Env
+from srl.api.env import WINNER, AgentStep, Env
 from srl.api.registry import import_object
 from srl.data import keys
 from srl.envs.extras import require
@@ -148,7 +148,7 @@ class TurnBasedEnv(Env):
         if over:
             best = max(self._returns.values())
             leaders = [a for a, r in self._returns.items() if r == best]
-            info = {"winner": leaders[0] if len(leaders) == 1 else None,
+            info = {WINNER: leaders[0] if len(leaders) == 1 else None,
                     "episode_return": self._returns[self.score_agent], "episode_length": self._length}
         return self._steps(rewards, over, info)
 

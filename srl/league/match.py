@@ -17,13 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from srl.api.env import AgentStep, Env
+from srl.api.env import WINNER, AgentStep, Env
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
-
-WINNER = "winner"
-
 
 def split_agents(agent_ids: Sequence[str], learner: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the learner's agents, the opponents'): the ids some pattern of `learner` matches (fnmatch), and the rest."""

@@ -34,6 +34,10 @@ from srl.envs.slots import EnvSlot, Episode, SlotStep
 if TYPE_CHECKING:
     from srl.envs.render import RecordingEnv
 
+#: The `Evaluation.outcomes` key of drawn episodes.
+DRAW = "draw"
+
+
 @dataclass
 class Evaluation:
     episodes: int
@@ -46,6 +50,9 @@ class Evaluation:
     #: Several policies: each one's mean return (its agents' rewards summed over the episode,
     #: averaged over its agents), over the same episodes.
     policy_returns: dict[str, float] = field(default_factory=dict)
+    #: A competitive env that names its winners (`srl.api.env.WINNER`): the episodes each agent
+    #: (a team: its agents joined by commas) won, and `draw`, over the same episodes.
+    outcomes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -113,8 +120,14 @@ def play(slot: EnvSlot, players: dict[str, tuple[str, Policy, np.ndarray]], epis
     lengths = np.array([n for _, n in finished[:episodes]])
     stderr = float(returns.std(ddof=1) / math.sqrt(len(returns))) if len(returns) > 1 else float("nan")
     policy_returns = {p: float(np.mean([r for r, _ in e[:episodes]])) for p, e in by_policy.items() if e}
+    winners = slot.pop_winners() if hasattr(slot, "pop_winners") else []
+    outcomes: dict[str, int] = {}
+    if len(winners) >= len(returns):  # every counted episode named its winner
+        for winner in winners[:len(returns)]:
+            name = DRAW if winner is None else winner if isinstance(winner, str) else ",".join(sorted(winner))
+            outcomes[name] = outcomes.get(name, 0) + 1
     return Evaluation(len(returns), float(returns.mean()), stderr, float(lengths.mean()), steps, labels,
-                      policy_returns)
+                      policy_returns, outcomes)
 
 
 def _rows(rows: int, fields: dict[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[NamedArray, SlotStep]:

@@ -157,9 +157,12 @@ def _select(trees: _Trees, rows: np.ndarray, node: np.ndarray, config: SearchCon
     child = np.maximum(children, 0)
     child_visits = np.where(visited, trees.visits[rows[:, None], child], 0)
     q = trees.reward[rows[:, None], child] + config.discount * sign * trees.value(rows[:, None], child)
+    # An action not tried yet is valued as its parent is (as EfficientZero does), not at the
+    # tree's minimum: else the first action tried, whose Q sits at the top of the normalised
+    # range, keeps every visit the prior does not take from it.
+    q = np.where(visited & (child_visits > 0), q, trees.value(rows, node)[:, None])
     span = trees.q_max - trees.q_min
     normalised = np.where(span[:, None] > 0, (q - trees.q_min[:, None]) / np.where(span > 0, span, 1.0)[:, None], q)
-    normalised = np.where(visited & (child_visits > 0), normalised, 0.0)
     parent_visits = trees.visits[rows, node].astype(np.float64)
     c = config.pb_c_init + np.log((parent_visits + config.pb_c_base + 1) / config.pb_c_base)
     bonus = trees.prior[rows, node] * (c * np.sqrt(parent_visits))[:, None] / (1 + child_visits)

@@ -18,13 +18,12 @@ from srl.data import keys  # noqa: E402
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.envs.slots import EnvSlot  # noqa: E402
 from srl.envs.turn_based import PASS, TurnBasedEnv  # noqa: E402
+from srl.evaluate import player_from_file  # noqa: E402
 from srl.league.match import play_games  # noqa: E402
 from srl.league.pool import Pool  # noqa: E402
 from srl.models.distributions import ActionHead  # noqa: E402
 from srl.workers.env_ring import EnvRing  # noqa: E402
 from srl.workers.opponents import SelfPlay  # noqa: E402
-
-from srl.evaluate import player_from_file  # noqa: E402
 
 PLAYERS = Path(__file__).resolve().parents[1] / "benchmarks" / "board_players.py"
 

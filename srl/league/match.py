@@ -22,6 +22,7 @@ from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 
+
 def split_agents(agent_ids: Sequence[str], learner: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the learner's agents, the opponents'): the ids some pattern of `learner` matches (fnmatch), and the rest."""
     mine = [a for a in agent_ids if any(fnmatch.fnmatchcase(a, p) for p in learner)]

@@ -19,7 +19,8 @@ import argparse
 import json
 import sys
 
-from srl.api.config import AUTO_FIELDS, apply_overrides, read_config_file, take_auto, validate
+from srl.api.config import AUTO_FIELDS, take_auto, validate
+from srl.api.config_files import apply_overrides, read_config_file
 from srl.bench import system_rate
 
 # Hand layouts per config: actors x envs per slot x ring, inline or remote inference, trainer threads.

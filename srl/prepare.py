@@ -25,8 +25,9 @@ from typing import Any
 import pydantic
 
 from srl.api.agents import route
-from srl.api.config import (ConfigError, ExperimentConfig, apply_overrides, check_devices, fits_this_machine,
-                            read_config_file, take_auto, validate_components, validate_structure)
+from srl.api.config import (ConfigError, ExperimentConfig, check_devices, fits_this_machine, take_auto,
+                            validate_components, validate_structure)
+from srl.api.config_files import apply_overrides, read_config_file
 from srl.api.graph import Graph, GraphError, ResolvedGraph
 from srl.api.graph import apply_overrides as apply_group_overrides
 from srl.api.graph import resolve

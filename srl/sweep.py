@@ -42,7 +42,8 @@ from typing import Any
 
 import yaml
 
-from srl.api.config import ConfigError, apply_overrides, read_config_file, validate_components, validate_structure
+from srl.api.config import ConfigError, validate_components, validate_structure
+from srl.api.config_files import apply_overrides, read_config_file
 from srl.api.run_paths import RunPaths
 from srl.report import runs as run_files
 
@@ -193,9 +194,8 @@ class Sweep:
             pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=3))
 
     def run(self) -> Any:
-        from optuna.trial import TrialState
-
         import optuna
+        from optuna.trial import TrialState
 
         study = self.study()
         trials = study.get_trials(deepcopy=False)

@@ -116,7 +116,8 @@ def train_inline(run_dir: Path, config_name: str, *overrides: str, until=None, w
     every 0.25 s from a timer signal, whatever worker code is running then), as `train_until`
     stops a run in a process of its own; it must then end cleanly, interrupted.
     """
-    from srl.api.config import apply_overrides, read_config_file, validate
+    from srl.api.config import validate
+    from srl.api.config_files import apply_overrides, read_config_file
     from srl.launch.controller import Controller
     from srl.prepare import resolve_graph
 

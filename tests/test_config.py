@@ -9,8 +9,10 @@ import pytest
 
 from srl import cli
 from srl.api import config as cfg
+from srl.api import config_files
 from srl.api.config import ConfigError
 from srl.api.registry import POLICIES, RegistryError, import_object
+
 
 def load(*overrides: str) -> cfg.ExperimentConfig:
     return cfg.load("cartpole-ppo", list(overrides))
@@ -25,7 +27,7 @@ def config_error(*overrides: str) -> str:
 
 
 def test_bundled_config_loads():
-    assert "cartpole-ppo" in cfg.bundled_configs()
+    assert "cartpole-ppo" in config_files.bundled_configs()
     config = load()
     assert config.name == "cartpole-ppo"
     assert config.env.type == "gym" and config.env.id == "CartPole-v1"
@@ -61,7 +63,7 @@ def test_bundled_config_by_path(tmp_path):
 
 
 def test_overrides_parse_values():
-    data = cfg.apply_overrides({}, [
+    data = config_files.apply_overrides({}, [
         "a.int=4", "a.float=0.25", "a.neg=-3", "a.true=true", "a.false=false", "a.list=[32, 64]",
         "a.str=Acrobot-v1", "a.null=null", "a.empty=", "a.deep.er.key=x", "a.eq=x=y",
     ])
@@ -180,11 +182,11 @@ def test_a_config_file_that_cannot_be_read_as_one_is_one_line(tmp_path, content,
     path = tmp_path / "bad.yaml"
     path.write_bytes(content)
     with pytest.raises(ConfigError, match=message) as info:
-        cfg.read_config_file(str(path))
+        config_files.read_config_file(str(path))
     assert "\n" not in str(info.value)
     (tmp_path / "folder.yaml").mkdir()
     with pytest.raises(ConfigError, match="folder.yaml is not a file"):
-        cfg.read_config_file(str(tmp_path / "folder.yaml"))
+        config_files.read_config_file(str(tmp_path / "folder.yaml"))
 
 
 def test_unset_stop_condition():

@@ -18,7 +18,8 @@ import yaml
 from conftest import train_inline
 
 from srl.api.components import make_env, make_policy
-from srl.api.config import read_config_file, run_config
+from srl.api.config import run_config
+from srl.api.config_files import read_config_file
 from srl.api.env import spaces_of
 from srl.cli import main
 from srl.data import keys

@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from srl.api.config import ConfigError, apply_overrides, read_config_file, validate
+from srl.api.config import ConfigError, validate
+from srl.api.config_files import apply_overrides, read_config_file
 from srl.launch.controller import Controller
 from srl.prepare import resolve_graph
 

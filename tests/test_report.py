@@ -280,7 +280,7 @@ def test_a_resumed_run_running_again_is_not_taken_for_its_old_summary(runs):
 def test_srl_configs_json_names_env_algorithm_extra_and_reference(capsys):
     assert main(["configs", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    from srl.api.config import bundled_configs
+    from srl.api.config_files import bundled_configs
 
     assert sorted(rows) == bundled_configs()
     assert rows["cartpole-ppo"]["env"] == {"type": "gym", "id": "CartPole-v1"}
@@ -311,7 +311,7 @@ def test_extras_exist_in_pyproject_and_follow_the_env():
 def test_reference_results_quote_their_docs():
     """Each reference names a doc, and every number in it is in that doc (the table can't drift
     from the measurements silently)."""
-    from srl.api.config import bundled_configs
+    from srl.api.config_files import bundled_configs
 
     assert set(report_configs.REFERENCE_RESULTS) <= set(bundled_configs())
     for name, (result, source) in report_configs.REFERENCE_RESULTS.items():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from srl.api.config import apply_overrides, read_config_file
+from srl.api.config_files import apply_overrides, read_config_file
 from srl.api.env import AgentStep, Env
 from srl.envs.render import MIN_SIDE, RecordingEnv, Video
 

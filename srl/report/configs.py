@@ -7,7 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from srl.api.config import bundled_configs, read_config_file
+from srl.api.config_files import bundled_configs, read_config_file
 
 #: Where each bundled config's reference result comes from: one line each, its numbers as the
 #: doc gives them (tests/test_report.py checks that they appear there).

@@ -124,6 +124,10 @@ class Slot(ABC):
         """The envs' own statistics of episodes finished since the last call, name -> one value per episode."""
         return {}
 
+    def pop_winners(self) -> list[Any]:
+        """The winners (`srl.api.env.WINNER`) of the episodes the envs reported since the last call, in order."""
+        return []
+
     def close(self) -> None:
         pass
 

@@ -73,6 +73,8 @@ class TurnBasedEnv(Env):
         self.render_fps = float(getattr(self.env, "metadata", {}).get("render_fps") or Env.render_fps)
         self._obs_spaces: dict[str, gym.spaces.Dict] = {}
         self._actions: dict[str, int] = {}
+        #: Per agent, the mask of one waiting for its turn (made once: slots copy what they are given).
+        self._pass: dict[str, np.ndarray] = {}
         for agent in self.agent_ids:
             space, actions = self.env.observation_space(agent), self.env.action_space(agent)
             if not isinstance(actions, gym.spaces.Discrete):
@@ -84,6 +86,8 @@ class TurnBasedEnv(Env):
                                      f"(fields: {list(space.spaces)})")
                 space = space[_BOARD]
             self._actions[agent] = int(actions.n)
+            self._pass[agent] = np.zeros(int(actions.n), np.int8)
+            self._pass[agent][PASS] = 1
             self._obs_spaces[agent] = gym.spaces.Dict({
                 keys.OBS: space, keys.ACTION_MASK: gym.spaces.Box(0, 1, (int(actions.n),), np.int8)})
         self.score_agent = score_agent or self.agent_ids[0]
@@ -104,8 +108,7 @@ class TurnBasedEnv(Env):
         raw = self.env.observe(agent)
         board, mask = (raw[_BOARD], raw.get(keys.ACTION_MASK)) if isinstance(raw, dict) else (raw, None)
         if not to_move:
-            mask = np.zeros(self._actions[agent], np.int8)
-            mask[PASS] = 1
+            mask = self._pass[agent]
         else:
             if mask is None:  # some games give the mask in the info instead, others none at all
                 mask = self.env.infos.get(agent, {}).get(keys.ACTION_MASK)
@@ -124,8 +127,7 @@ class TurnBasedEnv(Env):
         self.env.reset(seed=seed)
         self._returns = dict.fromkeys(self.agent_ids, 0.0)
         self._length = 0
-        mover = self.env.agent_selection
-        return {a: AgentStep(self._observe(a, a == mover)) for a in self.agent_ids}
+        return self._steps({}, False, {})
 
     def step(self, actions: dict[str, np.ndarray]) -> dict[str, AgentStep]:
         env = self.env

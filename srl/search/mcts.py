@@ -88,6 +88,17 @@ class _Trees:
         n = self.visits[b, node]
         return np.where(n > 0, self.value_sum[b, node] / np.maximum(n, 1), 0.0)
 
+    def actions_of(self, rows: np.ndarray, node: np.ndarray, discount: float,
+                   sign: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per action of each tree's `node`, [B, A]: whether it has been tried, its visits and its
+        Q from the node's side (0 where not tried)."""
+        children = self.children[rows, node]
+        tried = children >= 0
+        child = np.maximum(children, 0)
+        visits = np.where(tried, self.visits[rows[:, None], child], 0)
+        q = np.where(tried, self.reward[rows[:, None], child] + discount * sign * self.value(rows[:, None], child), 0.0)
+        return tried, visits, q
+
 
 def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfig, rng: np.random.Generator,
            noise: bool = True) -> SearchResult:
@@ -140,27 +151,19 @@ def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfi
         chain.append(np.full(roots, new))
         _backup(trees, rows, chain, np.asarray(value, np.float64), config.discount, sign)
 
-    root_children = trees.children[:, 0]
-    visited = root_children >= 0
-    child = np.maximum(root_children, 0)
-    visits = np.where(visited, trees.visits[rows[:, None], child], 0)
-    q = np.where(visited, trees.reward[rows[:, None], child] + config.discount * sign
-                 * trees.value(rows[:, None], child), 0.0)
-    return SearchResult(visits, trees.value(rows, np.zeros(roots, np.int64)), q, prior)
+    root = np.zeros(roots, np.int64)
+    _, visits, q = trees.actions_of(rows, root, config.discount, sign)
+    return SearchResult(visits, trees.value(rows, root), q, prior)
 
 
 def _select(trees: _Trees, rows: np.ndarray, node: np.ndarray, config: SearchConfig, sign: float,
             illegal: np.ndarray | None) -> np.ndarray:
     """pUCT's action at each tree's `node`: normalised Q plus the prior's exploration bonus."""
-    children = trees.children[rows, node]  # [B, A]
-    visited = children >= 0
-    child = np.maximum(children, 0)
-    child_visits = np.where(visited, trees.visits[rows[:, None], child], 0)
-    q = trees.reward[rows[:, None], child] + config.discount * sign * trees.value(rows[:, None], child)
+    tried, child_visits, q = trees.actions_of(rows, node, config.discount, sign)
     # An action not tried yet is valued as its parent is (as EfficientZero does), not at the
     # tree's minimum: else the first action tried, whose Q sits at the top of the normalised
     # range, keeps every visit the prior does not take from it.
-    q = np.where(visited & (child_visits > 0), q, trees.value(rows, node)[:, None])
+    q = np.where(tried & (child_visits > 0), q, trees.value(rows, node)[:, None])
     span = trees.q_max - trees.q_min
     normalised = np.where(span[:, None] > 0, (q - trees.q_min[:, None]) / np.where(span > 0, span, 1.0)[:, None], q)
     parent_visits = trees.visits[rows, node].astype(np.float64)

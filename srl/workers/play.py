@@ -120,7 +120,7 @@ def play(slot: EnvSlot, players: dict[str, tuple[str, Policy, np.ndarray]], epis
     lengths = np.array([n for _, n in finished[:episodes]])
     stderr = float(returns.std(ddof=1) / math.sqrt(len(returns))) if len(returns) > 1 else float("nan")
     policy_returns = {p: float(np.mean([r for r, _ in e[:episodes]])) for p, e in by_policy.items() if e}
-    winners = slot.pop_winners() if hasattr(slot, "pop_winners") else []
+    winners = slot.pop_winners()
     outcomes: dict[str, int] = {}
     if len(winners) >= len(returns):  # every counted episode named its winner
         for winner in winners[:len(returns)]:

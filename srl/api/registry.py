@@ -69,6 +69,7 @@ POLICIES = Registry("policy", {
     "actor_critic": "srl.models.actor_critic:ActorCriticPolicy",
     "random": "srl.models.random:RandomPolicy",
     "q_network": "srl.models.q_network:QNetworkPolicy",
+    "muzero": "srl.models.muzero:MuZeroPolicy",
 })
 ALGORITHMS = Registry("algorithm", {
     "ppo": "srl.algorithms.ppo:PPO",
@@ -78,6 +79,7 @@ ALGORITHMS = Registry("algorithm", {
     "r2d2": "srl.algorithms.r2d2:R2D2",
     "vdn": "srl.algorithms.qmix:VDN",
     "qmix": "srl.algorithms.qmix:QMIX",
+    "muzero": "srl.algorithms.muzero:MuZero",
 })
 #: Worker kinds: what a graph's groups run (see `srl.api.graph`).
 WORKERS = Registry("worker kind", {

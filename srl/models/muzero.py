@@ -1,0 +1,193 @@
+"""MuZero's networks (Schrittwieser et al. 2020) and a policy that acts by searching with them.
+
+Three functions, as in the paper:
+- representation `h(obs) -> s`: an encoder (`flatten` or `board_cnn`) and an MLP;
+- dynamics `g(s, a) -> (s', r)`: the hidden state and a one-hot action through an MLP;
+- prediction `f(s) -> (p, v)`: policy logits and a value.
+
+Hidden states are scaled to [0, 1] per row (min-max, the paper's Appendix G), so that the
+dynamics' inputs keep one range however deep the unroll. Values and rewards are categorical
+over the integers -S..S of a transformed scale, h(x) = sign(x)(sqrt(|x| + 1) - 1) + 0.001 x
+(Pohlen et al. 2018): the networks predict distributions, trained by cross-entropy against
+two-hot targets, and `support_to_scalar` reads them back.
+
+`MuZeroPolicy.rollout` runs the batched tree search (`srl.search.mcts`) from every row at once
+and returns, besides the action, what the learner trains towards: the root's visit
+distribution (`SEARCH_POLICY`) and searched value (`keys.VALUE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pydantic
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from srl.api.config import Section
+from srl.api.policy import Analysis, Policy
+from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
+from srl.models.encoders import ENCODERS
+from srl.models.masks import check_mask_space, mask_of
+from srl.search.mcts import SearchConfig, search, select_action
+
+#: The reply field of the root's visit distribution [B, actions]: the policy target.
+SEARCH_POLICY = "search_policy"
+_EPSILON = 0.001
+
+
+class MuZeroNetConfig(Section):
+    #: Width of the hidden state.
+    state: HiddenWidth = 64
+    #: Hidden layers of each of the three functions' MLPs.
+    hidden: list[HiddenWidth] = [64]
+    encoder: str = "flatten"
+    #: Values and rewards are distributions over -support..support (of the transformed scale).
+    support: pydantic.PositiveInt = 20
+    #: Tree search while acting.
+    simulations: pydantic.PositiveInt = 25
+    discount: float = pydantic.Field(0.997, ge=0, le=1)
+    dirichlet_alpha: pydantic.PositiveFloat = 0.25
+    exploration_fraction: float = pydantic.Field(0.25, ge=0, le=1)
+    #: Acting samples the root's visits ** (1 / temperature); deterministic acting takes the most visited.
+    temperature: float = pydantic.Field(1.0, ge=0)
+    #: Players alternate (board games): values flip sign at every ply of the search.
+    two_player: bool = False
+
+
+def transform(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + _EPSILON * x
+
+
+def inverse_transform(y: torch.Tensor) -> torch.Tensor:
+    # The closed form of h's inverse (Pohlen et al. 2018, Proposition A.2).
+    root = (torch.sqrt(1 + 4 * _EPSILON * (y.abs() + 1 + _EPSILON)) - 1) / (2 * _EPSILON)
+    return torch.sign(y) * (root.square() - 1)
+
+
+def scalar_to_support(x: torch.Tensor, support: int) -> torch.Tensor:
+    """Two-hot targets [..., 2 support + 1] of scalars `x` [...] on the transformed scale."""
+    y = transform(x).clamp(-support, support)
+    low = y.floor()
+    upper_weight = y - low
+    target = torch.zeros(*x.shape, 2 * support + 1, dtype=x.dtype, device=x.device)
+    index = (low + support).long()
+    target.scatter_(-1, index.unsqueeze(-1), (1 - upper_weight).unsqueeze(-1))
+    target.scatter_add_(-1, (index + 1).clamp(max=2 * support).unsqueeze(-1), upper_weight.unsqueeze(-1))
+    return target
+
+
+def support_to_scalar(logits: torch.Tensor, support: int) -> torch.Tensor:
+    """The expected scalar of distributions given by `logits` [..., 2 support + 1]."""
+    values = torch.arange(-support, support + 1, dtype=logits.dtype, device=logits.device)
+    return inverse_transform((torch.softmax(logits, -1) * values).sum(-1))
+
+
+def scale_state(s: torch.Tensor) -> torch.Tensor:
+    low, high = s.min(-1, keepdim=True).values, s.max(-1, keepdim=True).values
+    return (s - low) / (high - low).clamp(min=1e-5)
+
+
+class MuZeroNet(nn.Module):
+    def __init__(self, observation_space: gym.spaces.Dict, actions: int, config: MuZeroNetConfig) -> None:
+        super().__init__()
+        if config.encoder not in ENCODERS:
+            raise ValueError(f"policy.args.encoder: one of {sorted(ENCODERS)}, not {config.encoder!r}")
+        self.actions, self.support = actions, config.support
+        self.inputs = list(observation_space.spaces)
+        self.encoder = ENCODERS[config.encoder](dict(observation_space.spaces))
+        bins = 2 * config.support + 1
+        self.represent = nn.Sequential(MLP(self.encoder.out_dim, config.hidden, nn.ReLU),
+                                       nn.Linear(config.hidden[-1] if config.hidden else self.encoder.out_dim, config.state))
+        self.dynamics = MLP(config.state + actions, config.hidden, nn.ReLU)
+        self.next_state = nn.Linear(self.dynamics.out_dim, config.state)
+        self.reward = nn.Linear(self.dynamics.out_dim, bins)
+        self.predict = MLP(config.state, config.hidden, nn.ReLU)
+        self.policy = nn.Linear(self.predict.out_dim, actions)
+        self.value = nn.Linear(self.predict.out_dim, bins)
+        # Start from zero policy logits and a value and reward of 0 (the support's centre).
+        for head in (self.policy, self.value, self.reward):
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
+
+    def initial(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(hidden state, policy logits, value logits) of observations [N, ...]."""
+        state = scale_state(self.represent(self.encoder(obs)))
+        return (state, *self.prediction(state))
+
+    def prediction(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.predict(state)
+        return self.policy(x), self.value(x)
+
+    def step(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(next hidden state, reward logits) after `action` [N]."""
+        x = self.dynamics(torch.cat([state, F.one_hot(action.long(), self.actions).to(state.dtype)], -1))
+        return scale_state(self.next_state(x)), self.reward(x)
+
+
+class _SearchModel:
+    """The net as `srl.search.mcts.Model`: NumPy in and out, scalars from the distributions."""
+
+    def __init__(self, net: MuZeroNet, device: torch.device) -> None:
+        self.net, self.device = net, device
+
+    @torch.inference_mode()
+    def initial(self, obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        state, logits, value = self.net.initial(obs_tensors(obs, 1, self.device)[0])
+        return state.cpu().numpy(), logits.cpu().numpy(), support_to_scalar(value, self.net.support).cpu().numpy()
+
+    @torch.inference_mode()
+    def recurrent(self, state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        s, reward = self.net.step(torch.as_tensor(state, device=self.device), torch.as_tensor(action, device=self.device))
+        logits, value = self.net.prediction(s)
+        support = self.net.support
+        return (s.cpu().numpy(), support_to_scalar(reward, support).cpu().numpy(), logits.cpu().numpy(),
+                support_to_scalar(value, support).cpu().numpy())
+
+
+class MuZeroPolicy(NetPolicy):
+    """Acts by a tree search with its own networks from every row at once; see the module docstring."""
+
+    Config = MuZeroNetConfig
+
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.Space, device: str = "cpu",
+                 **args: Any) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"MuZero searches over Discrete actions; got {action_space}")
+        self.config = MuZeroNetConfig(**args)
+        self.observation_space = observation_space
+        self.actions = int(action_space.n)
+        check_mask_space(observation_space, self.actions)
+        self.device = torch.device(device)
+        self.net = MuZeroNet(observation_space, self.actions, self.config).to(self.device)
+        self.net.memory = None  # feed-forward (NetPolicy asks)
+        c = self.config
+        self.search_config = SearchConfig(simulations=c.simulations, discount=c.discount,
+                                          dirichlet_alpha=c.dirichlet_alpha,
+                                          exploration_fraction=c.exploration_fraction, two_player=c.two_player)
+        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
+        self.version = 0
+
+    def search(self, obs: NamedArray, noise: bool = True):
+        """The tree search from every row of `obs` (`srl.search.mcts.SearchResult`)."""
+        mask = mask_of(obs)
+        return search(_SearchModel(self.net, self.device), obs, mask, self.search_config, self.rng, noise)
+
+    def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
+        result = self.search(obs, noise=not deterministic)
+        temperature = 0.0 if deterministic else self.config.temperature
+        action = select_action(result.visits, temperature, self.rng)
+        visits = result.visits.astype(np.float32)
+        target = visits / np.maximum(visits.sum(-1, keepdims=True), 1.0)
+        rows = np.arange(len(action))
+        logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
+        return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,
+                           keys.VALUE: result.value.astype(np.float32), SEARCH_POLICY: target})
+
+    def analyze(self, batch: Any, entropy: bool = True) -> Analysis:
+        raise NotImplementedError("MuZero learns through its networks' unroll (srl.algorithms.muzero), not analyze")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from srl.search.mcts import SearchConfig, search, select_action
+from srl.search.mcts import SearchConfig, _considered_visits, search, select_action
 
 
 class Bandit:
@@ -102,3 +102,53 @@ def test_actions_follow_the_visits_and_temperature_zero_takes_the_most_visited()
     assert (select_action(visits, 0.0, rng) == 2).all()
     ties = select_action(np.tile([5, 5, 0], (1000, 1)), 0.0, rng)
     assert set(ties.tolist()) == {0, 1}
+
+
+def test_sequential_halving_gives_each_candidate_an_equal_share_then_halves_them():
+    # 4 candidates, 12 simulations: one visit each, then the best two share what is left.
+    assert _considered_visits(4, 12).tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert _considered_visits(2, 6).tolist() == [0, 0, 1, 1, 2, 2]
+    assert _considered_visits(1, 3).tolist() == [0, 1, 2]
+    assert _considered_visits(16, 16).tolist() == [0] * 16  # a budget of one visit each
+
+
+def test_gumbel_search_finds_the_best_payoff_with_few_simulations_and_its_policy_improves_on_the_prior():
+    payoffs = [0.1, 1.0, 0.5, 0.3]
+    config = SearchConfig(simulations=8, gumbel=True)
+    result = search(Bandit(payoffs), np.zeros((200, 1)), None, config, np.random.default_rng(0), noise=False)
+    # Every action is tried once at least (4 candidates, 8 simulations): without noise the best
+    # one is picked every time; with it, the pick is a draw that mostly falls on the best.
+    assert (result.action == 1).all()
+    assert np.allclose(result.improved.sum(-1), 1.0) and (result.improved.argmax(-1) == 1).all()
+    noisy = search(Bandit(payoffs), np.zeros((400, 1)), None, config, np.random.default_rng(0))
+    assert 0.85 < (noisy.action == 1).mean() < 1.0
+    # The improved policy ranks the actions as their payoffs do (the prior was uniform).
+    assert (np.argsort(result.improved.mean(0)) == np.argsort(payoffs)).all()
+    # With two simulations, only two candidates (drawn by the Gumbel noise) are tried; the pick is
+    # one of them, mostly the better, and over many roots every action gets considered.
+    two = search(Bandit(payoffs), np.zeros((400, 1)), None, SearchConfig(simulations=2, gumbel=True),
+                 np.random.default_rng(1))
+    assert (two.visits.sum(-1) == 2).all() and (two.visits.max(-1) == 1).all()
+    tried = two.visits > 0
+    best_tried = np.where(tried, payoffs, -1).argmax(-1)
+    assert tried[np.arange(400), two.action].all() and tried.any(0).all()
+    assert (two.action == best_tried).mean() > 0.8
+
+
+def test_gumbel_search_never_tries_nor_picks_an_illegal_root_action():
+    legal = np.array([[1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]])
+    rows = np.repeat(legal, 100, 0)
+    result = search(Bandit([0.1, 1.0, 0.5, 0.3]), np.zeros((300, 1)), rows, SearchConfig(simulations=10, gumbel=True),
+                    np.random.default_rng(0))
+    assert (result.visits[rows == 0] == 0).all() and (result.improved[rows == 0] == 0).all()
+    assert rows[np.arange(300), result.action].all()
+    assert np.allclose(result.improved.sum(-1), 1.0)
+
+
+def test_gumbel_two_player_search_takes_a_win_and_blocks():
+    config = SearchConfig(simulations=200, discount=1.0, two_player=True, gumbel=True)
+    boards = np.stack([_board(mine=[0, 1], theirs=[3, 4]), _board(mine=[0, 8], theirs=[3, 4])])
+    legal = (boards[:, :9] + boards[:, 9:18]) == 0
+    result = search(TicTacToe(), boards, legal, config, np.random.default_rng(0), noise=False)
+    assert result.action.tolist() == [2, 5]
+    assert result.improved[0].argmax() == 2 and result.improved[1].argmax() == 5

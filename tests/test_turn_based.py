@@ -90,6 +90,8 @@ def test_bad_turn_based_configs_name_the_problem():
     {"type": "q_network", "args": {"epsilon_start": 0.5, "epsilon_end": 0.5}},
     {"type": "q_network", "args": {"lstm": 8, "epsilon_start": 0.0, "epsilon_end": 0.0}},
     {"type": "random"},
+    {"type": "muzero", "args": {"state": 16, "hidden": [16], "simulations": 4, "two_player": True}},
+    {"type": "muzero", "args": {"state": 16, "hidden": [16], "simulations": 4, "two_player": True, "gumbel": True}},
 ])
 def test_no_policy_ever_takes_an_illegal_move_over_thousands_of_turns(game, policy):
     torch.manual_seed(0)

@@ -1,8 +1,10 @@
-"""MuZero's learner (Schrittwieser et al. 2020): the model unrolled K steps along stored play.
+"""MuZero's learner (Schrittwieser et al. 2020): the model unrolled K steps along replayed play.
 
 The policy is `srl.models.muzero.MuZeroPolicy`: actors act by tree search and record, per row,
-the root's visit distribution (`SEARCH_POLICY`) and searched value (`keys.VALUE`). From every
-row t of a trajectory [T + 1, B] with at least K rows after it, the learner encodes o_t and
+the root's visit distribution (`SEARCH_POLICY`) and searched value (`keys.VALUE`). MuZero
+trains in the replay graph: buffers keep whole segments of play with those two fields
+(`replay_graph(config, "sequence", also_store=...)`) and send batches of them by priority.
+From every live row t of a segment [T + 1] with K rows after it, the learner encodes o_t and
 unrolls the dynamics along the actions taken, a_t .. a_{t+K-1}; at step k it predicts
 
     policy  p_k  -> the search's visit distribution at row t + k
@@ -10,17 +12,21 @@ unrolls the dynamics along the actions taken, a_t .. a_{t+K-1}; at step k it pre
     reward  u_k  -> r_{t+k-1}                                   (k >= 1)
 
 where an episode that ends first ends the sum (no bootstrap after a terminal step; after a
-truncation the last row's searched value stands in). Steps past an episode's end are
-absorbing: value and reward targets 0, no policy target. Values and rewards are categorical
-(cross-entropy against two-hot targets on the transformed scale). As in the paper, each
-unrolled step's loss is scaled by 1 / K and the gradient entering each next hidden state by
-1/2, so the unroll's total gradient does not grow with K.
+truncation the last row's searched value stands in), and so does the segment (its row T's
+searched value is the bootstrap). Steps past a terminal step are absorbing: value and reward
+targets 0, no policy target; past a truncation, no target at all. Values and rewards are
+categorical (cross-entropy against two-hot targets on the transformed scale). As in the
+paper, each unrolled step's loss is scaled by 1 / K and the gradient entering each next
+hidden state by 1/2, so the unroll's total gradient does not grow with K. A segment's new
+priority is the mean |v_0 - z| of its rows; importance weights scale each segment's losses.
 
     muzero = MuZero(policy, MuZero.Config(unroll_steps=5, td_steps=10))
-    stats = muzero.step(trajectory)         # loss, value, reward and policy losses
+    stats = muzero.step(batch)              # replayed segments [updates, T + 1, batch, agents]
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import numpy as np
 import pydantic
@@ -29,11 +35,14 @@ from torch.nn import functional as F
 
 from srl.algorithms.common import clip_grad_norm, nstep_targets, training_device
 from srl.api.algorithm import Algorithm, AlgorithmConfig
+from srl.api.config import ExperimentConfig
+from srl.api.graph import Graph
 from srl.api.policy import Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.graphs.replay import replay_graph
 from srl.models.actor_critic import obs_tensors
-from srl.models.muzero import SEARCH_POLICY, MuZeroPolicy, scalar_to_support
+from srl.models.muzero import SEARCH_POLICY, MuZeroPolicy, scalar_to_support, support_to_scalar
 
 
 class MuZeroConfig(AlgorithmConfig):
@@ -44,11 +53,13 @@ class MuZeroConfig(AlgorithmConfig):
     #: n: rewards summed before the value target bootstraps from a searched value.
     td_steps: pydantic.PositiveInt = 10
     value_loss_weight: float = pydantic.Field(0.25, gt=0)
+    #: EfficientZero's temporal consistency (Ye et al. 2021): the state the dynamics reach after
+    #: k steps is drawn towards the representation of the observation actually seen there
+    #: (negative cosine similarity, no gradient into the target). The observation depends on
+    #: the action taken far more than a value does, so the dynamics learn what actions do
+    #: sooner. 0 turns it off.
+    consistency_weight: float = pydantic.Field(1.0, ge=0)
     max_grad_norm: float | None = pydantic.Field(5.0, gt=0)
-    #: Gradient steps per batch of trajectories, each on `unrolls` start rows drawn from it
-    #: (more steps per batch: each env step teaches more, as a replay ratio does).
-    updates_per_batch: pydantic.PositiveInt = 8
-    unrolls: pydantic.PositiveInt = 256
 
 
 def _scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -57,22 +68,31 @@ def _scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 class MuZero(Algorithm):
     Config = MuZeroConfig
-    #: The targets come from stored searches, not from the acting policy's probabilities: a
-    #: trajectory a version or two old teaches as well as a fresh one.
+    #: The targets come from stored searches, not from the acting policy's probabilities:
+    #: replayed play teaches whatever version acted it.
     corrects_staleness = True
+    #: What the buffers keep besides the play itself: the search's outputs, the targets.
+    searched: ClassVar[tuple[str, ...]] = (keys.VALUE, SEARCH_POLICY)
+
+    @classmethod
+    def graph(cls, config: ExperimentConfig) -> Graph:
+        return replay_graph(config, "sequence", also_store=cls.searched)
 
     def __init__(self, policy: Policy, config: MuZeroConfig) -> None:
         if not isinstance(policy, MuZeroPolicy):
-            raise ValueError(f"algorithm muzero learns a muzero policy (policy.type: muzero), not {type(policy).__name__}")
+            raise ValueError(f"algorithm muzero learns a muzero policy (policy.type: muzero), "
+                             f"not {type(policy).__name__}")
         super().__init__(policy, config)
         self.net = policy.net
         self.device = training_device(list(self.net.parameters()))
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
+        self.updates = 0
+        self._priorities: np.ndarray | None = None
 
     def targets(self, batch: NamedArray) -> dict[str, np.ndarray]:
-        """Per start row t in 0..T-K and unroll step k in 0..K, [starts, B, K + 1]: the value,
-        reward and policy targets and where the policy target counts (see the module docstring)."""
+        """Of segments [T + 1, B]: per start row t in 0..T-K-1 and unroll step k in 0..K,
+        [starts, B, K + 1], the value, reward and policy targets, where the policy target counts
+        and where the value and reward targets do (see the module docstring)."""
         c: MuZeroConfig = self.config
         policy: MuZeroPolicy = self.policy
         gamma, K = policy.config.discount, c.unroll_steps
@@ -90,6 +110,9 @@ class MuZero(Algorithm):
         # Steps past the end: an episode ended at a row in t .. t + k - 1.
         ended_before = np.concatenate([np.zeros((B, 1), np.int64), np.cumsum(done, 1)], 1)  # [B, T + 1]
         past_end = (ended_before[:, t] - ended_before[:, t[:, :1]]) > 0  # [B, starts, K + 1]
+        # Past a truncation nothing is known (the episode went on unseen): no value or reward target.
+        cut_before = np.concatenate([np.zeros((B, 1), np.int64), np.cumsum(truncated, 1)], 1)
+        known = (cut_before[:, t] - cut_before[:, t[:, :1]]) == 0
         in_rows = t < T
         value_target = np.where(past_end | ~in_rows[None], 0.0, value[:, np.minimum(t, T - 1)])
         # Step k >= 1's reward is row t + k - 1's: it counts unless the episode ended before that row.
@@ -97,55 +120,87 @@ class MuZero(Algorithm):
         reward_target[..., 1:] = np.where(past_end[..., :-1], 0.0, reward[:, t[:, 1:] - 1])
         search_policy = np.asarray(batch[SEARCH_POLICY], np.float32).transpose(1, 0, 2)  # [B, T + 1, A]
         return {"value": value_target.transpose(1, 0, 2), "reward": reward_target.transpose(1, 0, 2),
-                "policy": search_policy[:, t].transpose(1, 0, 2, 3), "policy_mask": (~past_end).transpose(1, 0, 2)}
+                "policy": search_policy[:, t].transpose(1, 0, 2, 3), "policy_mask": (~past_end).transpose(1, 0, 2),
+                "known": known.transpose(1, 0, 2)}
 
     def step(self, batch: NamedArray) -> dict[str, float]:
+        """One gradient step per leading index of a replay batch [updates, T + 1, batch, agents, ...]."""
+        stats: dict[str, list[float]] = {}
+        priorities = []
+        for update in range(batch[keys.REPLAY_WEIGHT].shape[0]):
+            losses, priority = self.update(batch[update])
+            priorities.append(priority)
+            for name, value in losses.items():
+                stats.setdefault(name, []).append(value)
+        self._priorities = np.stack(priorities)
+        self.policy.version += 1
+        return {**{k: float(np.mean(v)) for k, v in stats.items()}, "updates": float(self.updates)}
+
+    def update(self, rows: NamedArray) -> tuple[dict[str, float], np.ndarray]:
+        """One gradient step on segments [T + 1, batch, agents, ...]: an unroll from every live
+        row with K rows after it. Returns the losses and each segment's new priority."""
         c: MuZeroConfig = self.config
         K, support = c.unroll_steps, self.net.support
-        targets = self.targets(batch)
-        starts, B = targets["value"].shape[:2]
-        T = batch[keys.REWARD].shape[0] - 1
-        alive = np.asarray(batch[keys.ALIVE][:starts]) if keys.ALIVE in batch else np.ones((starts, B), bool)
-        # Every (start row, column) pair is an unroll; rows of agents that finished early are not.
-        pairs = np.argwhere(alive)
+        T1, B, G = rows[keys.REWARD].shape[:3]
+        N = B * G
+        # An env's agents are more columns: [T + 1, B, G, ...] -> [T + 1, B * G, ...].
+        columns = NamedArray({k: rows[k] for k in (keys.OBS, keys.ACTION, keys.REWARD, keys.TERMINATED,
+                                                   keys.TRUNCATED, keys.ALIVE, *self.searched)}).map(
+            lambda x: x.reshape(T1, N, *x.shape[3:]))
+        targets = self.targets(columns)
+        starts = targets["value"].shape[0]
+        s_idx, n_idx = np.nonzero(np.asarray(columns[keys.ALIVE][:starts]))
         tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x), device=self.device)  # noqa: E731
-        obs, _ = obs_tensors(batch[keys.OBS][:T], 2, self.device)  # [T * B, ...]
-        actions = tensor(np.asarray(batch[keys.ACTION][:T]).reshape(T, B))
-        stats: dict[str, list[float]] = {"loss": [], "value_loss": [], "reward_loss": [], "policy_loss": []}
-        for _ in range(c.updates_per_batch):
-            chosen = pairs[self.rng.choice(len(pairs), min(c.unrolls, len(pairs)), replace=False)]
-            s_idx, b_idx = chosen[:, 0], chosen[:, 1]
-            first = {k: v[tensor(s_idx * B + b_idx)] for k, v in obs.items()}
-            state, policy_logits, value_logits = self.net.initial(first)
-            value_loss = reward_loss = policy_loss = 0.0
-            for k in range(K + 1):
-                if k > 0:
-                    action = actions[tensor(s_idx + k - 1), tensor(b_idx)]
-                    state, reward_logits = self.net.step(_scale_gradient(state, 0.5), action)
-                    policy_logits, value_logits = self.net.prediction(state)
-                    reward_target = scalar_to_support(tensor(targets["reward"][s_idx, b_idx, k]).float(), support)
-                    step_reward = -(reward_target * F.log_softmax(reward_logits, -1)).sum(-1)
-                scale = 1.0 if k == 0 else 1.0 / K
-                value_target = scalar_to_support(tensor(targets["value"][s_idx, b_idx, k]).float(), support)
-                step_value = -(value_target * F.log_softmax(value_logits, -1)).sum(-1)
-                mask = tensor(targets["policy_mask"][s_idx, b_idx, k]).float()
-                policy_target = tensor(targets["policy"][s_idx, b_idx, k])
-                step_policy = -(policy_target * F.log_softmax(policy_logits, -1)).sum(-1) * mask
-                value_loss = value_loss + scale * step_value.mean()
-                policy_loss = policy_loss + scale * step_policy.mean()
-                if k > 0:
-                    reward_loss = reward_loss + scale * step_reward.mean()
-            loss = c.value_loss_weight * value_loss + reward_loss + policy_loss
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if c.max_grad_norm is not None:
-                clip_grad_norm(list(self.net.parameters()), c.max_grad_norm)
-            self.optimizer.step()
-            for name, x in (("loss", loss), ("value_loss", value_loss), ("reward_loss", reward_loss),
-                            ("policy_loss", policy_loss)):
-                stats[name].append(float(x.detach()) if torch.is_tensor(x) else float(x))
-        self.policy.version += 1
-        return {k: float(np.mean(v)) for k, v in stats.items()}
+        weight = tensor(np.repeat(np.asarray(rows[keys.REPLAY_WEIGHT], np.float32), G)[n_idx]) \
+            if keys.REPLAY_WEIGHT in rows else torch.ones(len(n_idx), device=self.device)
+        obs, _ = obs_tensors(columns[keys.OBS].map(lambda x: x[s_idx, n_idx]), 1, self.device)
+        actions = tensor(np.asarray(columns[keys.ACTION]).reshape(T1, N))
+        state, policy_logits, value_logits = self.net.initial(obs)
+        first_value = support_to_scalar(value_logits.detach(), support).cpu().numpy()
+        value_loss = reward_loss = policy_loss = consistency_loss = 0.0
+        if c.consistency_weight:
+            with torch.no_grad():  # the representations of rows t + 1 .. t + K
+                later = (s_idx[None] + np.arange(1, K + 1)[:, None]).ravel()
+                seen, _ = obs_tensors(columns[keys.OBS].map(lambda x: x[later, np.tile(n_idx, K)]), 1, self.device)
+                seen_states = self.net.represent_state(seen).reshape(K, len(s_idx), -1)
+        for k in range(K + 1):
+            scale = 1.0 if k == 0 else 1.0 / K
+            known = tensor(targets["known"][s_idx, n_idx, k]).float()
+            mask = tensor(targets["policy_mask"][s_idx, n_idx, k]).float()
+            if k > 0:
+                action = actions[tensor(s_idx + k - 1), tensor(n_idx)]
+                state, reward_logits = self.net.step(_scale_gradient(state, 0.5), action)
+                policy_logits, value_logits = self.net.prediction(state)
+                reward_target = scalar_to_support(tensor(targets["reward"][s_idx, n_idx, k]).float(), support)
+                step_reward = -(reward_target * F.log_softmax(reward_logits, -1)).sum(-1) * known
+                reward_loss = reward_loss + scale * (weight * step_reward).mean()
+                if c.consistency_weight:
+                    similarity = F.cosine_similarity(state, seen_states[k - 1], dim=-1) * mask
+                    consistency_loss = consistency_loss - scale * (weight * similarity).mean()
+            value_target = scalar_to_support(tensor(targets["value"][s_idx, n_idx, k]).float(), support)
+            step_value = -(value_target * F.log_softmax(value_logits, -1)).sum(-1) * known
+            policy_target = tensor(targets["policy"][s_idx, n_idx, k])
+            step_policy = -(policy_target * F.log_softmax(policy_logits, -1)).sum(-1) * mask
+            value_loss = value_loss + scale * (weight * step_value).mean()
+            policy_loss = policy_loss + scale * (weight * step_policy).mean()
+        loss = c.value_loss_weight * value_loss + reward_loss + policy_loss + c.consistency_weight * consistency_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.max_grad_norm is not None:
+            clip_grad_norm(list(self.net.parameters()), c.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        # A segment's priority: the mean |v_0 - z| of its unrolls' first steps.
+        error = np.abs(first_value - targets["value"][s_idx, n_idx, 0])
+        segment = n_idx // G
+        count = np.bincount(segment, minlength=B)
+        priority = np.bincount(segment, error, minlength=B) / np.maximum(count, 1)
+        losses = {"loss": loss, "value_loss": value_loss, "reward_loss": reward_loss, "policy_loss": policy_loss,
+                  "consistency_loss": consistency_loss}
+        return {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in losses.items()}, priority
+
+    def priorities(self) -> np.ndarray | None:
+        return self._priorities
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}

@@ -91,6 +91,8 @@ class BufferSettings(Section):
     n_step: PositiveInt
     gamma: float
     joint: bool
+    #: Trajectory fields kept besides the buffer's own (`srl.replay.buffer.STORED`).
+    also_store: tuple[str, ...] = ()
 
 
 class EvalSettings(Section):

@@ -13,16 +13,17 @@ from srl.graphs.common import niced, sampler_groups, trainer_group
 
 
 def replay_graph(config: ExperimentConfig, unit: Literal["transition", "sequence"] = "transition",
-                 n_step: int = 1, gamma: float = 0.99, joint: bool = False) -> Graph:
+                 n_step: int = 1, gamma: float = 0.99, joint: bool = False, also_store: tuple[str, ...] = ()) -> Graph:
     """The buffers (the config's `replay:` section) store `unit`s: transitions with `n_step`
     returns discounted by `gamma`, or whole sequences; `joint`: one transition holds all the
-    agents of an env (VDN, QMIX)."""
+    agents of an env (VDN, QMIX); `also_store`: acting fields the learner reads (MuZero's
+    searched values and visit distributions)."""
     c = config
     buffer = Group(
         kind="buffer", count=c.replay.count, placement=niced(c.replay.placement, 0),
         settings=BufferSettings(env=c.env, replay=c.replay, checkpoint=c.checkpoint,
                                 trajectory_length=c.actors.trajectory_length, unit=unit, n_step=n_step, gamma=gamma,
-                                joint=joint),
+                                joint=joint, also_store=also_store),
         streams={"samples": "samples", "replay": "replay"})
     return Graph(groups={"trainer": trainer_group(config, samples="replay"), "buffer": buffer,
                          **sampler_groups(config)})

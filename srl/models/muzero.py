@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srl.api.config import Section
-from srl.api.policy import Analysis, Policy
+from srl.api.policy import Analysis
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
@@ -56,8 +56,20 @@ class MuZeroNetConfig(Section):
     exploration_fraction: float = pydantic.Field(0.25, ge=0, le=1)
     #: Acting samples the root's visits ** (1 / temperature); deterministic acting takes the most visited.
     temperature: float = pydantic.Field(1.0, ge=0)
+    #: The temperature goes linearly from `temperature` to this over the first
+    #: `temperature_versions` policy versions (None: it stays): broad play while the model is
+    #: poor, then play that trusts the search.
+    final_temperature: float | None = pydantic.Field(None, ge=0)
+    temperature_versions: pydantic.PositiveInt = 1000
     #: Players alternate (board games): values flip sign at every ply of the search.
     two_player: bool = False
+    #: Gumbel MuZero (Danihelka et al. 2022): the root samples Gumbel noise and halves its
+    #: candidate actions over the simulations; the action is the search's pick (no temperature,
+    #: no Dirichlet noise) and the policy target its improved policy, not the visit counts. For
+    #: small simulation budgets, where visit counts say little.
+    gumbel: bool = False
+    #: Gumbel: root actions considered at most.
+    max_considered: pydantic.PositiveInt = 16
 
 
 def transform(x: torch.Tensor) -> torch.Tensor:
@@ -102,8 +114,8 @@ class MuZeroNet(nn.Module):
         self.inputs = list(observation_space.spaces)
         self.encoder = ENCODERS[config.encoder](dict(observation_space.spaces))
         bins = 2 * config.support + 1
-        self.represent = nn.Sequential(MLP(self.encoder.out_dim, config.hidden, nn.ReLU),
-                                       nn.Linear(config.hidden[-1] if config.hidden else self.encoder.out_dim, config.state))
+        encoded = MLP(self.encoder.out_dim, config.hidden, nn.ReLU)
+        self.represent = nn.Sequential(encoded, nn.Linear(encoded.out_dim, config.state))
         self.dynamics = MLP(config.state + actions, config.hidden, nn.ReLU)
         self.next_state = nn.Linear(self.dynamics.out_dim, config.state)
         self.reward = nn.Linear(self.dynamics.out_dim, bins)
@@ -115,9 +127,13 @@ class MuZeroNet(nn.Module):
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
 
+    def represent_state(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The hidden state of observations [N, ...]."""
+        return scale_state(self.represent(self.encoder(obs)))
+
     def initial(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(hidden state, policy logits, value logits) of observations [N, ...]."""
-        state = scale_state(self.represent(self.encoder(obs)))
+        state = self.represent_state(obs)
         return (state, *self.prediction(state))
 
     def prediction(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,7 +159,8 @@ class _SearchModel:
 
     @torch.inference_mode()
     def recurrent(self, state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, ...]:
-        s, reward = self.net.step(torch.as_tensor(state, device=self.device), torch.as_tensor(action, device=self.device))
+        tensor = lambda x: torch.as_tensor(x, device=self.device)  # noqa: E731
+        s, reward = self.net.step(tensor(state), tensor(action))
         logits, value = self.net.prediction(s)
         support = self.net.support
         return (s.cpu().numpy(), support_to_scalar(reward, support).cpu().numpy(), logits.cpu().numpy(),
@@ -169,7 +186,8 @@ class MuZeroPolicy(NetPolicy):
         c = self.config
         self.search_config = SearchConfig(simulations=c.simulations, discount=c.discount,
                                           dirichlet_alpha=c.dirichlet_alpha,
-                                          exploration_fraction=c.exploration_fraction, two_player=c.two_player)
+                                          exploration_fraction=c.exploration_fraction, two_player=c.two_player,
+                                          gumbel=c.gumbel, max_considered=c.max_considered)
         self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
         self.version = 0
 
@@ -178,12 +196,22 @@ class MuZeroPolicy(NetPolicy):
         mask = mask_of(obs)
         return search(_SearchModel(self.net, self.device), obs, mask, self.search_config, self.rng, noise)
 
+    @property
+    def temperature(self) -> float:
+        c = self.config
+        if c.final_temperature is None:
+            return c.temperature
+        progress = min(1.0, self.version / c.temperature_versions)
+        return c.temperature + progress * (c.final_temperature - c.temperature)
+
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         result = self.search(obs, noise=not deterministic)
-        temperature = 0.0 if deterministic else self.config.temperature
-        action = select_action(result.visits, temperature, self.rng)
-        visits = result.visits.astype(np.float32)
-        target = visits / np.maximum(visits.sum(-1, keepdims=True), 1.0)
+        if result.improved is not None:  # Gumbel: the search picked the action
+            action, target = result.action, result.improved.astype(np.float32)
+        else:
+            action = select_action(result.visits, 0.0 if deterministic else self.temperature, self.rng)
+            visits = result.visits.astype(np.float32)
+            target = visits / np.maximum(visits.sum(-1, keepdims=True), 1.0)
         rows = np.arange(len(action))
         logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
         return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,

@@ -4,7 +4,8 @@ Storage is a ring of *segments*. A segment is one env's share of a trajectory: i
 0..T (T steps, plus row T, which starts the next trajectory and carries the observation
 the last step bootstraps from) for each of the env's G agents. Trajectories arrive from
 actors time-major, [T + 1, envs x agents, ...], env-major; every field is kept except the
-acting statistics (log-prob, value) a value-based learner does not read.
+acting statistics (log-prob, value) a value-based learner does not read, unless `also_store`
+names them (MuZero learns from the searched value and visit distribution its actors recorded).
 
 What is sampled (`unit`):
 
@@ -49,9 +50,12 @@ Unit = Literal["transition", "sequence"]
 
 class ReplayBuffer:
     def __init__(self, capacity: int, trajectory_length: int, agents: int = 1, *, unit: Unit = "transition",
-                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.0, beta: float = 0.4, seed: int = 0) -> None:
-        """`capacity` in env steps (one env's step counts once, whatever its number of agents)."""
+                 n_step: int = 1, gamma: float = 0.99, alpha: float = 0.0, beta: float = 0.4, seed: int = 0,
+                 also_store: tuple[str, ...] = ()) -> None:
+        """`capacity` in env steps (one env's step counts once, whatever its number of agents);
+        `also_store`: trajectory fields kept besides `STORED` (an error if a trajectory lacks one)."""
         self.T, self.G, self.unit = trajectory_length, agents, unit
+        self.also_store = tuple(also_store)
         self.n_step, self.gamma, self.alpha, self.beta = n_step, gamma, alpha, beta
         self.segments = max(1, -(-capacity // trajectory_length))
         self.units_per_segment = trajectory_length if unit == "transition" else 1
@@ -92,7 +96,11 @@ class ReplayBuffer:
         if columns % self.G:
             raise ValueError(f"replay: {columns} rows are not whole envs of {self.G} agents")
         envs = columns // self.G
-        kept = NamedArray({k: trajectory[k] for k in STORED if k in trajectory
+        missing = [k for k in self.also_store if k not in trajectory]
+        if missing:
+            raise ValueError(f"replay: the learner reads {missing} from stored trajectories, but the actors' "
+                             f"trajectories hold only {sorted(trajectory)} (does the policy record them?)")
+        kept = NamedArray({k: trajectory[k] for k in (*STORED, *self.also_store) if k in trajectory
                            and (k != keys.RNN_STATE or self.unit == "sequence")})
         # [T + 1, envs * G, ...] -> [envs, T + 1, G, ...]: one segment per env.
         segments = kept.map(lambda x: np.swapaxes(x.reshape(rows, envs, self.G, *x.shape[2:]), 0, 1))

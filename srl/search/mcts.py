@@ -20,10 +20,21 @@ adding rewards. Legal-move masks apply at the root only (inside the tree the mod
 the game's rules, as in the paper); the root's prior is mixed with Dirichlet noise while
 acting. With `two_player`, values are from the view of the player to move at each node and flip
 sign at every ply (board games where the players alternate).
+
+With `gumbel` (Gumbel MuZero, Danihelka et al. 2022), the root instead samples Gumbel noise g
+and considers the m actions of largest g + logits, then halves them phase by phase over the
+simulations (sequential halving), keeping those of largest g + logits + sigma(q); inside the
+tree a node takes the action whose share of visits lags most behind the improved policy
+softmax(logits + sigma(completed q)). The searched action is the surviving candidate of best
+score and the policy target the root's improved policy, which improves on the prior even with
+a handful of simulations, where visit counts say little. sigma(q) = (c_visit + max N) c_scale q
+of Q values rescaled to [0, 1] by the tree's smallest and largest; an unvisited action's Q is completed by the node's
+mixed value (its network value and the prior-weighted Q of the visited actions).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +64,12 @@ class SearchConfig:
     exploration_fraction: float = 0.25
     #: Players alternate: each node's value is its mover's, and a child's counts negated for its parent.
     two_player: bool = False
+    #: Gumbel MuZero's root and interior selection instead of pUCT (and no Dirichlet noise).
+    gumbel: bool = False
+    #: Gumbel: root actions considered at most (m), and sigma's constants.
+    max_considered: int = 16
+    c_visit: float = 50.0
+    c_scale: float = 0.1
 
 
 @dataclass
@@ -61,6 +78,9 @@ class SearchResult:
     value: np.ndarray  # [B] the root's value after search
     q: np.ndarray  # [B, A] each root action's value (0 where never visited)
     prior: np.ndarray  # [B, A] the root's prior, as searched (with noise, if any)
+    #: Gumbel: the root's improved policy [B, A] and the searched action [B] (None without).
+    improved: np.ndarray | None = None
+    action: np.ndarray | None = None
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -80,6 +100,8 @@ class _Trees:
         self.children = np.full((roots, nodes, actions), -1, np.int32)
         self.hidden = np.zeros((roots, nodes, *hidden.shape[1:]), hidden.dtype)
         self.hidden[:, 0] = hidden
+        #: Each node's value as the network predicted it (Gumbel's mixed value starts from it).
+        self.net_value = np.zeros((roots, nodes), np.float64)
         # Per tree, the smallest and largest Q seen: pUCT compares normalised values.
         self.q_min = np.full(roots, np.inf)
         self.q_max = np.full(roots, -np.inf)
@@ -112,7 +134,7 @@ def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfi
         legal = np.asarray(legal).reshape(roots, actions) != 0
         prior = np.where(legal, prior, 0.0)
         prior /= np.maximum(prior.sum(-1, keepdims=True), 1e-12)
-    if noise and config.exploration_fraction > 0:
+    if noise and config.exploration_fraction > 0 and not config.gumbel:
         dirichlet = rng.dirichlet(np.full(actions, config.dirichlet_alpha), roots)
         if legal is not None:
             dirichlet = np.where(legal, dirichlet, 0.0)
@@ -120,9 +142,10 @@ def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfi
         prior = (1 - config.exploration_fraction) * prior + config.exploration_fraction * dirichlet
     trees.prior[:, 0] = prior
     trees.visits[:, 0] = 1
-    trees.value_sum[:, 0] = np.asarray(value, np.float64)
+    trees.value_sum[:, 0] = trees.net_value[:, 0] = np.asarray(value, np.float64)
     sign = -1.0 if config.two_player else 1.0
     root_illegal = None if legal is None else ~legal
+    root = _GumbelRoot(trees, legal, config, rng, noise) if config.gumbel else None
 
     for sim in range(config.simulations):
         # Selection: every tree descends in lockstep; one that reaches an action with no node yet
@@ -132,7 +155,10 @@ def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfi
         done = np.zeros(roots, bool)
         leaf_parent, leaf_action = np.zeros(roots, np.int64), np.zeros(roots, np.int64)
         while True:
-            action = _select(trees, rows, node, config, sign, root_illegal if len(chain) == 1 else None)
+            if root is not None:
+                action = root.select(sim) if len(chain) == 1 else _select_gumbel(trees, rows, node, config, sign)
+            else:
+                action = _select(trees, rows, node, config, sign, root_illegal if len(chain) == 1 else None)
             child = trees.children[rows, node, action]
             stop = ~done & (child < 0)
             leaf_parent[stop], leaf_action[stop] = node[stop], action[stop]
@@ -147,13 +173,93 @@ def search(model: Model, obs: Any, legal: np.ndarray | None, config: SearchConfi
         trees.children[rows, leaf_parent, leaf_action] = new
         trees.hidden[:, new] = next_hidden
         trees.reward[:, new] = reward
+        trees.net_value[:, new] = value
         trees.prior[:, new] = _softmax(np.asarray(logits, np.float64))
         chain.append(np.full(roots, new))
         _backup(trees, rows, chain, np.asarray(value, np.float64), config.discount, sign)
 
-    root = np.zeros(roots, np.int64)
-    _, visits, q = trees.actions_of(rows, root, config.discount, sign)
-    return SearchResult(visits, trees.value(rows, root), q, prior)
+    top = np.zeros(roots, np.int64)
+    _, visits, q = trees.actions_of(rows, top, config.discount, sign)
+    result = SearchResult(visits, trees.value(rows, top), q, prior)
+    if root is not None:
+        result.improved, result.action = root.result()
+    return result
+
+
+def _considered_visits(m: int, simulations: int) -> np.ndarray:
+    """Sequential halving of m root actions as one sequence: at simulation i, the root takes an
+    action that has exactly entry i's visits. Each phase gives every action still considered the
+    same share of the budget (at least one visit), then halves them (never below 2)."""
+    if m <= 1:
+        return np.arange(simulations)
+    phases = math.ceil(math.log2(m))
+    sequence: list[int] = []
+    visits, considered = 0, m
+    while len(sequence) < simulations:
+        for _ in range(max(1, simulations // (phases * considered))):
+            sequence += [visits] * considered
+            visits += 1
+        considered = max(2, considered // 2)
+    return np.array(sequence[:simulations])
+
+
+def _sigma_completed_q(trees: _Trees, rows: np.ndarray, node: np.ndarray, config: SearchConfig,
+                       sign: float) -> tuple[np.ndarray, np.ndarray]:
+    """(visits, sigma(completed Q)) of each action of each tree's `node`, [B, A] each."""
+    _, visits, q = trees.actions_of(rows, node, config.discount, sign)
+    visited = visits > 0
+    prior = trees.prior[rows, node]
+    total = visits.sum(-1)
+    visited_prior = (prior * visited).sum(-1)
+    mean_q = (prior * visited * q).sum(-1) / np.maximum(visited_prior, 1e-12)
+    mixed = (trees.net_value[rows, node] + total * mean_q) / (1 + total)
+    completed = np.where(visited, q, mixed[:, None])
+    # Rescaled by the smallest and largest Q in the whole tree, as pUCT's are: per node, two
+    # actions would always rescale to 0 and 1, however close their values.
+    span = (trees.q_max - trees.q_min)[rows, None]
+    rescaled = np.where(span > 0, np.clip((completed - trees.q_min[rows, None]) / np.where(span > 0, span, 1.0), 0, 1),
+                        0.0)
+    return visits, (config.c_visit + visits.max(-1, keepdims=True)) * config.c_scale * rescaled
+
+
+def _select_gumbel(trees: _Trees, rows: np.ndarray, node: np.ndarray, config: SearchConfig,
+                   sign: float) -> np.ndarray:
+    """Inside the tree: the action whose visits lag most behind the improved policy's share."""
+    visits, sigma = _sigma_completed_q(trees, rows, node, config, sign)
+    improved = _softmax(np.log(np.maximum(trees.prior[rows, node], 1e-30)) + sigma)
+    return (improved - visits / (1 + visits.sum(-1, keepdims=True))).argmax(-1)
+
+
+class _GumbelRoot:
+    """The root's side of Gumbel MuZero: noise, the considered actions, sequential halving."""
+
+    def __init__(self, trees: _Trees, legal: np.ndarray | None, config: SearchConfig, rng: np.random.Generator,
+                 noise: bool) -> None:
+        roots, actions = trees.prior.shape[0], trees.prior.shape[2]
+        self.trees, self.config, self.rows = trees, config, np.arange(roots)
+        self.legal = np.ones((roots, actions), bool) if legal is None else legal
+        self.logits = np.where(self.legal, np.log(np.maximum(trees.prior[:, 0], 1e-30)), -np.inf)
+        self.gumbel = rng.gumbel(size=(roots, actions)) if noise else np.zeros((roots, actions))
+        self.sign = -1.0 if config.two_player else 1.0
+        considered = np.minimum(config.max_considered, self.legal.sum(-1))
+        self.schedule = np.stack([_considered_visits(int(m), config.simulations) for m in considered]) \
+            if config.simulations else np.zeros((roots, 0), np.int64)
+
+    def _best(self, visits: np.ndarray, sigma: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+        """Per root, the eligible action of largest g + logits + sigma (any legal one if none is)."""
+        eligible = np.where(eligible.any(-1, keepdims=True), eligible, self.legal)
+        return np.where(eligible, self.gumbel + self.logits + sigma, -np.inf).argmax(-1)
+
+    def select(self, sim: int) -> np.ndarray:
+        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.rows * 0, self.config, self.sign)
+        return self._best(visits, sigma, self.legal & (visits == self.schedule[:, sim, None]))
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(improved policy, action): the action among the most visited candidates."""
+        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.rows * 0, self.config, self.sign)
+        improved = np.where(self.legal, _softmax(np.where(self.legal, self.logits + sigma, -1e30)), 0.0)
+        most = visits == np.where(self.legal, visits, -1).max(-1, keepdims=True)
+        return improved, self._best(visits, sigma, self.legal & most)
 
 
 def _select(trees: _Trees, rows: np.ndarray, node: np.ndarray, config: SearchConfig, sign: float,

@@ -47,7 +47,8 @@ def make_buffer(settings: BufferSettings, seed: int = 0) -> ReplayBuffer:
         agents = len(env.agent_ids)
         env.close()
     return ReplayBuffer(r.capacity, settings.trajectory_length, agents, unit=settings.unit,
-                        n_step=settings.n_step, gamma=settings.gamma, alpha=r.alpha, beta=r.beta, seed=seed)
+                        n_step=settings.n_step, gamma=settings.gamma, alpha=r.alpha, beta=r.beta, seed=seed,
+                        also_store=settings.also_store)
 
 
 class BufferWorker(Worker):

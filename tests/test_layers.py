@@ -14,7 +14,8 @@ ROOT = Path(srl.__file__).parent
 ALLOWED = {
     "data": set(),
     "api": {"data"},
-    "models": {"api", "data"},
+    # A policy may act by searching its own model (MuZero).
+    "models": {"api", "data", "search"},
     # An algorithm names the graph it trains in: the builders (graphs) know only api.
     "algorithms": {"api", "data", "replay", "graphs"},
     "graphs": {"api"},

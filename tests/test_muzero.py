@@ -18,7 +18,7 @@ from srl.api.components import make_env
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.envs.slots import EnvSlot
-from srl.models.muzero import SEARCH_POLICY, MuZeroPolicy, scalar_to_support, support_to_scalar
+from srl.models.muzero import MuZeroPolicy, scalar_to_support, support_to_scalar
 from srl.replay.buffer import ReplayBuffer
 from srl.workers.env_ring import EnvRing
 
@@ -35,7 +35,7 @@ def _segment(terminated_at=None, truncated_at=None, T: int = 6) -> NamedArray:
     rows = NamedArray({keys.REWARD: np.ones((T + 1, 1), np.float32),
                        keys.TERMINATED: np.zeros((T + 1, 1), bool), keys.TRUNCATED: np.zeros((T + 1, 1), bool),
                        keys.VALUE: (10.0 * np.arange(1, T + 2, dtype=np.float32))[:, None],
-                       SEARCH_POLICY: np.stack([np.linspace(0, 1, T + 1), 1 - np.linspace(0, 1, T + 1)], -1)[:, None]})
+                       keys.SEARCH_POLICY: np.stack([np.linspace(0, 1, T + 1), np.linspace(1, 0, T + 1)], -1)[:, None]})
     if terminated_at is not None:
         rows[keys.TERMINATED][terminated_at] = True
     if truncated_at is not None:
@@ -52,7 +52,7 @@ def test_value_targets_sum_n_rewards_then_bootstrap_from_the_searched_value_and_
     # Step k's reward is row t + k - 1's: it counts up to the terminal step, 0 after it.
     assert t["reward"][:, 0].tolist() == [[0, 1, 1], [0, 1, 1], [0, 1, 0], [0, 1, 1]]
     assert t["policy_mask"][:, 0].tolist() == [[True] * 3, [True, True, False], [True, False, False], [True] * 3]
-    assert np.allclose(t["policy"][3, 0, 2], _segment()[SEARCH_POLICY][5, 0])  # start 3, step 2: row 5's search
+    assert np.allclose(t["policy"][3, 0, 2], _segment()[keys.SEARCH_POLICY][5, 0])  # start 3, step 2: row 5's search
     assert t["known"].all()
 
 
@@ -68,19 +68,20 @@ def test_the_buffer_keeps_the_search_fields_the_learner_reads_and_names_one_miss
     trajectory = NamedArray({keys.OBS: {keys.OBS: rng.standard_normal((T + 1, envs, 4)).astype(np.float32)},
                              keys.ACTION: rng.integers(0, 2, (T + 1, envs)),
                              keys.REWARD: np.ones((T + 1, envs), np.float32),
-                             keys.TERMINATED: np.zeros((T + 1, envs), bool), keys.TRUNCATED: np.zeros((T + 1, envs), bool),
-                             keys.ALIVE: np.ones((T + 1, envs), bool), keys.VALUE: rng.random((T + 1, envs), np.float32),
-                             SEARCH_POLICY: rng.random((T + 1, envs, 2), np.float32)})
+                             keys.TERMINATED: np.zeros((T + 1, envs), bool),
+                             keys.TRUNCATED: np.zeros((T + 1, envs), bool), keys.ALIVE: np.ones((T + 1, envs), bool),
+                             keys.VALUE: rng.random((T + 1, envs), np.float32),
+                             keys.SEARCH_POLICY: rng.random((T + 1, envs, 2), np.float32)})
     buffer = ReplayBuffer(100, T, unit="sequence", also_store=MuZero.searched)
     buffer.insert(trajectory)
     batch = buffer.sample(4, 2)
-    assert batch[SEARCH_POLICY].shape == (2, T + 1, 4, 1, 2) and batch[keys.VALUE].shape == (2, T + 1, 4, 1)
+    assert batch[keys.SEARCH_POLICY].shape == (2, T + 1, 4, 1, 2) and batch[keys.VALUE].shape == (2, T + 1, 4, 1)
     column = batch[keys.REPLAY_INDEX][0, 0]
-    assert np.array_equal(batch[SEARCH_POLICY][0, :, 0, 0], trajectory[SEARCH_POLICY][:, column])
+    assert np.array_equal(batch[keys.SEARCH_POLICY][0, :, 0, 0], trajectory[keys.SEARCH_POLICY][:, column])
     plain = ReplayBuffer(100, T, unit="sequence")
     plain.insert(trajectory)
-    assert SEARCH_POLICY not in plain.sample(4)  # value-based learners do not pay for them
-    del trajectory[SEARCH_POLICY]
+    assert keys.SEARCH_POLICY not in plain.sample(4)  # value-based learners do not pay for them
+    del trajectory[keys.SEARCH_POLICY]
     with pytest.raises(ValueError, match=r"reads \['search_policy'\] from stored trajectories"):
         buffer.insert(trajectory)
 
@@ -104,7 +105,7 @@ def test_the_learner_fits_the_values_of_replayed_cartpole_play():
     while buffer.env_steps < 5_000:
         n = len(request[keys.OBS][keys.OBS])
         reply = NamedArray({keys.ACTION: rng.integers(0, 2, n), keys.LOGPROB: np.zeros(n, np.float32),
-                            keys.VALUE: np.zeros(n, np.float32), SEARCH_POLICY: np.full((n, 2), 0.5, np.float32)})
+                            keys.VALUE: np.zeros(n, np.float32), keys.SEARCH_POLICY: np.full((n, 2), 0.5, np.float32)})
         requests, trajectories = ring.step(0, {DEFAULT_POLICY: reply})
         request = requests[DEFAULT_POLICY]
         if trajectories:
@@ -120,7 +121,8 @@ def test_the_learner_fits_the_values_of_replayed_cartpole_play():
     target = muzero.targets(columns)["value"][:, :, 0]
     with torch.no_grad():
         obs = torch.as_tensor(columns[keys.OBS][keys.OBS][:target.shape[0]].reshape(-1, 4))
-        value = support_to_scalar(muzero.net.initial({keys.OBS: obs})[2], 10).numpy().reshape(target.shape)
+        _, value_logits = muzero.model.predict(muzero.model.represent({keys.OBS: obs}))
+        value = support_to_scalar(value_logits, 10).numpy().reshape(target.shape)
     alive = np.asarray(columns[keys.ALIVE][:target.shape[0]], bool)
     assert np.corrcoef(value[alive], target[alive])[0, 1] > 0.7
 
@@ -128,7 +130,7 @@ def test_the_learner_fits_the_values_of_replayed_cartpole_play():
 def test_a_policy_other_than_muzero_is_refused_by_name():
     from srl.models.q_network import QNetworkPolicy
 
-    with pytest.raises(ValueError, match="learns a muzero policy .* not QNetworkPolicy"):
+    with pytest.raises(ValueError, match="learns a model policy .* not QNetworkPolicy"):
         MuZero(QNetworkPolicy(OBS_SPACE, gym.spaces.Discrete(2), hidden=[8]), MuZeroConfig())
 
 

@@ -1,13 +1,15 @@
 """MuZero's learner (Schrittwieser et al. 2020): the model unrolled K steps along replayed play.
 
-The policy is `srl.models.muzero.MuZeroPolicy`: actors act by tree search and record, per row,
-the root's visit distribution (`SEARCH_POLICY`) and searched value (`keys.VALUE`). MuZero
-trains in the replay graph: buffers keep whole segments of play with those two fields
-(`replay_graph(config, "sequence", also_store=...)`) and send batches of them by priority.
+The policy is a `srl.api.policy.ModelPolicy` (`srl.models.muzero.MuZeroPolicy`): actors act
+by tree search and record, per row, the root's visit distribution (`keys.SEARCH_POLICY`) and
+searched value (`keys.VALUE`). MuZero trains in the replay graph: buffers keep whole
+segments of play with those two fields (`replay_graph(config, "sequence", also_store=...)`)
+and send batches of them by priority.
+
 From every live row t of a segment [T + 1] with K rows after it, the learner encodes o_t and
 unrolls the dynamics along the actions taken, a_t .. a_{t+K-1}; at step k it predicts
 
-    policy  p_k  -> the search's visit distribution at row t + k
+    policy  p_k  -> the search's policy at row t + k (visit counts, or Gumbel's improved policy)
     value   v_k  -> z_{t+k} = r_{t+k} + ... + gamma^(n-1) r_{t+k+n-1} + gamma^n v_search(t+k+n)
     reward  u_k  -> r_{t+k-1}                                   (k >= 1)
 
@@ -17,8 +19,9 @@ searched value is the bootstrap). Steps past a terminal step are absorbing: valu
 targets 0, no policy target; past a truncation, no target at all. Values and rewards are
 categorical (cross-entropy against two-hot targets on the transformed scale). As in the
 paper, each unrolled step's loss is scaled by 1 / K and the gradient entering each next
-hidden state by 1/2, so the unroll's total gradient does not grow with K. A segment's new
-priority is the mean |v_0 - z| of its rows; importance weights scale each segment's losses.
+hidden state by 1/2, so the unroll's total gradient does not grow with K. The consistency
+loss (EfficientZero) draws the state the dynamics reach at step k towards the representation
+of row t + k's observation. A segment's new priority is the mean |v_0 - z| of its rows; importance weights scale each segment's losses.
 
     muzero = MuZero(policy, MuZero.Config(unroll_steps=5, td_steps=10))
     stats = muzero.step(batch)              # replayed segments [updates, T + 1, batch, agents]
@@ -37,12 +40,10 @@ from srl.algorithms.common import clip_grad_norm, nstep_targets, training_device
 from srl.api.algorithm import Algorithm, AlgorithmConfig
 from srl.api.config import ExperimentConfig
 from srl.api.graph import Graph
-from srl.api.policy import Policy
+from srl.api.policy import ModelPolicy, Policy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.graphs.replay import replay_graph
-from srl.models.actor_critic import obs_tensors
-from srl.models.muzero import SEARCH_POLICY, MuZeroPolicy, scalar_to_support, support_to_scalar
 
 
 class MuZeroConfig(AlgorithmConfig):
@@ -72,20 +73,21 @@ class MuZero(Algorithm):
     #: replayed play teaches whatever version acted it.
     corrects_staleness = True
     #: What the buffers keep besides the play itself: the search's outputs, the targets.
-    searched: ClassVar[tuple[str, ...]] = (keys.VALUE, SEARCH_POLICY)
+    searched: ClassVar[tuple[str, ...]] = (keys.VALUE, keys.SEARCH_POLICY)
 
     @classmethod
     def graph(cls, config: ExperimentConfig) -> Graph:
         return replay_graph(config, "sequence", also_store=cls.searched)
 
     def __init__(self, policy: Policy, config: MuZeroConfig) -> None:
-        if not isinstance(policy, MuZeroPolicy):
-            raise ValueError(f"algorithm muzero learns a muzero policy (policy.type: muzero), "
+        if not isinstance(policy, ModelPolicy):
+            raise ValueError(f"algorithm muzero learns a model policy that it searches (policy.type: muzero), "
                              f"not {type(policy).__name__}")
         super().__init__(policy, config)
-        self.net = policy.net
-        self.device = training_device(list(self.net.parameters()))
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.model: ModelPolicy = policy
+        self.params = list(policy.parameters())
+        self.device = training_device(self.params)
+        self.optimizer = torch.optim.Adam(self.params, lr=config.lr, weight_decay=config.weight_decay)
         self.updates = 0
         self._priorities: np.ndarray | None = None
 
@@ -94,8 +96,7 @@ class MuZero(Algorithm):
         [starts, B, K + 1], the value, reward and policy targets, where the policy target counts
         and where the value and reward targets do (see the module docstring)."""
         c: MuZeroConfig = self.config
-        policy: MuZeroPolicy = self.policy
-        gamma, K = policy.config.discount, c.unroll_steps
+        gamma, K = self.model.discount, c.unroll_steps
         rows = batch[:-1]
         reward, terminated, truncated = (np.asarray(rows[k]).T for k in (keys.REWARD, keys.TERMINATED, keys.TRUNCATED))
         searched = np.asarray(batch[keys.VALUE], np.float64).T  # [B, T + 1]
@@ -118,7 +119,7 @@ class MuZero(Algorithm):
         # Step k >= 1's reward is row t + k - 1's: it counts unless the episode ended before that row.
         reward_target = np.zeros_like(value_target)
         reward_target[..., 1:] = np.where(past_end[..., :-1], 0.0, reward[:, t[:, 1:] - 1])
-        search_policy = np.asarray(batch[SEARCH_POLICY], np.float32).transpose(1, 0, 2)  # [B, T + 1, A]
+        search_policy = np.asarray(batch[keys.SEARCH_POLICY], np.float32).transpose(1, 0, 2)  # [B, T + 1, A]
         return {"value": value_target.transpose(1, 0, 2), "reward": reward_target.transpose(1, 0, 2),
                 "policy": search_policy[:, t].transpose(1, 0, 2, 3), "policy_mask": (~past_end).transpose(1, 0, 2),
                 "known": known.transpose(1, 0, 2)}
@@ -140,7 +141,7 @@ class MuZero(Algorithm):
         """One gradient step on segments [T + 1, batch, agents, ...]: an unroll from every live
         row with K rows after it. Returns the losses and each segment's new priority."""
         c: MuZeroConfig = self.config
-        K, support = c.unroll_steps, self.net.support
+        K, model = c.unroll_steps, self.model
         T1, B, G = rows[keys.REWARD].shape[:3]
         N = B * G
         # An env's agents are more columns: [T + 1, B, G, ...] -> [T + 1, B * G, ...].
@@ -153,31 +154,31 @@ class MuZero(Algorithm):
         tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x), device=self.device)  # noqa: E731
         weight = tensor(np.repeat(np.asarray(rows[keys.REPLAY_WEIGHT], np.float32), G)[n_idx]) \
             if keys.REPLAY_WEIGHT in rows else torch.ones(len(n_idx), device=self.device)
-        obs, _ = obs_tensors(columns[keys.OBS].map(lambda x: x[s_idx, n_idx]), 1, self.device)
         actions = tensor(np.asarray(columns[keys.ACTION]).reshape(T1, N))
-        state, policy_logits, value_logits = self.net.initial(obs)
-        first_value = support_to_scalar(value_logits.detach(), support).cpu().numpy()
+        state = model.represent(columns[keys.OBS].map(lambda x: x[s_idx, n_idx]))
+        policy_logits, value_logits = model.predict(state)
+        first_value = model.from_support(value_logits.detach()).cpu().numpy()
         value_loss = reward_loss = policy_loss = consistency_loss = 0.0
         if c.consistency_weight:
             with torch.no_grad():  # the representations of rows t + 1 .. t + K
                 later = (s_idx[None] + np.arange(1, K + 1)[:, None]).ravel()
-                seen, _ = obs_tensors(columns[keys.OBS].map(lambda x: x[later, np.tile(n_idx, K)]), 1, self.device)
-                seen_states = self.net.represent_state(seen).reshape(K, len(s_idx), -1)
+                seen = model.represent(columns[keys.OBS].map(lambda x: x[later, np.tile(n_idx, K)]))
+                seen_states = seen.reshape(K, len(s_idx), -1)
         for k in range(K + 1):
             scale = 1.0 if k == 0 else 1.0 / K
             known = tensor(targets["known"][s_idx, n_idx, k]).float()
             mask = tensor(targets["policy_mask"][s_idx, n_idx, k]).float()
             if k > 0:
                 action = actions[tensor(s_idx + k - 1), tensor(n_idx)]
-                state, reward_logits = self.net.step(_scale_gradient(state, 0.5), action)
-                policy_logits, value_logits = self.net.prediction(state)
-                reward_target = scalar_to_support(tensor(targets["reward"][s_idx, n_idx, k]).float(), support)
+                state, reward_logits = model.transition(_scale_gradient(state, 0.5), action)
+                policy_logits, value_logits = model.predict(state)
+                reward_target = model.to_support(tensor(targets["reward"][s_idx, n_idx, k]).float())
                 step_reward = -(reward_target * F.log_softmax(reward_logits, -1)).sum(-1) * known
                 reward_loss = reward_loss + scale * (weight * step_reward).mean()
                 if c.consistency_weight:
                     similarity = F.cosine_similarity(state, seen_states[k - 1], dim=-1) * mask
                     consistency_loss = consistency_loss - scale * (weight * similarity).mean()
-            value_target = scalar_to_support(tensor(targets["value"][s_idx, n_idx, k]).float(), support)
+            value_target = model.to_support(tensor(targets["value"][s_idx, n_idx, k]).float())
             step_value = -(value_target * F.log_softmax(value_logits, -1)).sum(-1) * known
             policy_target = tensor(targets["policy"][s_idx, n_idx, k])
             step_policy = -(policy_target * F.log_softmax(policy_logits, -1)).sum(-1) * mask
@@ -187,7 +188,7 @@ class MuZero(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if c.max_grad_norm is not None:
-            clip_grad_norm(list(self.net.parameters()), c.max_grad_norm)
+            clip_grad_norm(self.params, c.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
         # A segment's priority: the mean |v_0 - z| of its unrolls' first steps.

@@ -147,3 +147,35 @@ class ValuePolicy(Policy):
         `keys.RNN_STATE` (the state each column's first row started from) and
         `keys.EPISODE_START`, with rows [T, B] time-major, as `analyze` takes them.
         """
+
+
+class ModelPolicy(Policy):
+    """A policy that acts by searching a model it learns (MuZero): what model-based algorithms
+    learn through. The model's three functions, batched over rows [N] and differentiable, with
+    values and rewards as logits over a categorical support (`to_support` / `from_support`).
+    `rollout` searches with them and returns `keys.VALUE` and `keys.SEARCH_POLICY` besides the
+    action.
+    """
+
+    #: The discount the search and the value targets use.
+    discount: float
+
+    @abstractmethod
+    def represent(self, obs: Mapping[str, Any]) -> torch.Tensor:
+        """Hidden states [N, ...] of observations [N, ...] (`keys.OBS`' fields, arrays or tensors)."""
+
+    @abstractmethod
+    def predict(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy logits [N, actions], value logits [N, bins]) of hidden states."""
+
+    @abstractmethod
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(next hidden states, reward logits [N, bins]) after `action` [N]."""
+
+    @abstractmethod
+    def to_support(self, x: torch.Tensor) -> torch.Tensor:
+        """Targets [..., bins] for scalars `x` [...] (the distribution whose `from_support` is x)."""
+
+    @abstractmethod
+    def from_support(self, logits: torch.Tensor) -> torch.Tensor:
+        """The scalars [...] that logits [..., bins] stand for."""

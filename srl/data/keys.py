@@ -27,6 +27,10 @@ EPISODE_START = "episode_start"
 #: An observation field of 0/1 per discrete action: the actions legal now (turn-based games).
 #: Policies never choose an action whose entry is 0 (`srl.models.masks`).
 ACTION_MASK = "action_mask"
+#: What a policy that searches (MuZero) found for the row, the target its learner trains the
+#: policy towards [..., actions]: the root's visit distribution, or Gumbel's improved policy.
+#: (Its searched value is the row's `VALUE`.)
+SEARCH_POLICY = "search_policy"
 
 # Replay batches (built by buffer workers, see `srl.replay`).
 #: The observation an n-step return bootstraps from.

@@ -13,7 +13,7 @@ two-hot targets, and `support_to_scalar` reads them back.
 
 `MuZeroPolicy.rollout` runs the batched tree search (`srl.search.mcts`) from every row at once
 and returns, besides the action, what the learner trains towards: the root's visit
-distribution (`SEARCH_POLICY`) and searched value (`keys.VALUE`).
+distribution (`keys.SEARCH_POLICY`) and searched value (`keys.VALUE`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srl.api.config import Section
-from srl.api.policy import Analysis
+from srl.api.policy import Analysis, ModelPolicy
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
@@ -36,8 +36,6 @@ from srl.models.encoders import ENCODERS
 from srl.models.masks import check_mask_space, mask_of
 from srl.search.mcts import SearchConfig, search, select_action
 
-#: The reply field of the root's visit distribution [B, actions]: the policy target.
-SEARCH_POLICY = "search_policy"
 _EPSILON = 0.001
 
 
@@ -167,7 +165,7 @@ class _SearchModel:
                 support_to_scalar(value, support).cpu().numpy())
 
 
-class MuZeroPolicy(NetPolicy):
+class MuZeroPolicy(NetPolicy, ModelPolicy):
     """Acts by a tree search with its own networks from every row at once; see the module docstring."""
 
     Config = MuZeroNetConfig
@@ -191,6 +189,27 @@ class MuZeroPolicy(NetPolicy):
         self.rng = np.random.default_rng(int(torch.randint(1 << 62, ())))
         self.version = 0
 
+    # ------------------------------------------------------------ the model, for learners
+    @property
+    def discount(self) -> float:
+        return self.config.discount
+
+    def represent(self, obs: Any) -> torch.Tensor:
+        return self.net.represent_state(obs_tensors(obs, 1, self.device)[0])
+
+    def predict(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.prediction(state)
+
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.step(state, action)
+
+    def to_support(self, x: torch.Tensor) -> torch.Tensor:
+        return scalar_to_support(x, self.config.support)
+
+    def from_support(self, logits: torch.Tensor) -> torch.Tensor:
+        return support_to_scalar(logits, self.config.support)
+
+    # ------------------------------------------------------------ acting
     def search(self, obs: NamedArray, noise: bool = True):
         """The tree search from every row of `obs` (`srl.search.mcts.SearchResult`)."""
         mask = mask_of(obs)
@@ -215,7 +234,7 @@ class MuZeroPolicy(NetPolicy):
         rows = np.arange(len(action))
         logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
         return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,
-                           keys.VALUE: result.value.astype(np.float32), SEARCH_POLICY: target})
+                           keys.VALUE: result.value.astype(np.float32), keys.SEARCH_POLICY: target})
 
     def analyze(self, batch: Any, entropy: bool = True) -> Analysis:
         raise NotImplementedError("MuZero learns through its networks' unroll (srl.algorithms.muzero), not analyze")

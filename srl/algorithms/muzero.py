@@ -114,8 +114,7 @@ class MuZero(Algorithm):
         # Past a truncation nothing is known (the episode went on unseen): no value or reward target.
         cut_before = np.concatenate([np.zeros((B, 1), np.int64), np.cumsum(truncated, 1)], 1)
         known = (cut_before[:, t] - cut_before[:, t[:, :1]]) == 0
-        in_rows = t < T
-        value_target = np.where(past_end | ~in_rows[None], 0.0, value[:, np.minimum(t, T - 1)])
+        value_target = np.where(past_end, 0.0, value[:, t])  # t + K < T: every step's row is in the segment
         # Step k >= 1's reward is row t + k - 1's: it counts unless the episode ended before that row.
         reward_target = np.zeros_like(value_target)
         reward_target[..., 1:] = np.where(past_end[..., :-1], 0.0, reward[:, t[:, 1:] - 1])
@@ -152,8 +151,7 @@ class MuZero(Algorithm):
         starts = targets["value"].shape[0]
         s_idx, n_idx = np.nonzero(np.asarray(columns[keys.ALIVE][:starts]))
         tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x), device=self.device)  # noqa: E731
-        weight = tensor(np.repeat(np.asarray(rows[keys.REPLAY_WEIGHT], np.float32), G)[n_idx]) \
-            if keys.REPLAY_WEIGHT in rows else torch.ones(len(n_idx), device=self.device)
+        weight = tensor(np.repeat(np.asarray(rows[keys.REPLAY_WEIGHT], np.float32), G)[n_idx])
         actions = tensor(np.asarray(columns[keys.ACTION]).reshape(T1, N))
         state = model.represent(columns[keys.OBS].map(lambda x: x[s_idx, n_idx]))
         policy_logits, value_logits = model.predict(state)

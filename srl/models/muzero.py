@@ -109,8 +109,6 @@ class MuZeroNet(nn.Module):
         super().__init__()
         if config.encoder not in ENCODERS:
             raise ValueError(f"policy.args.encoder: one of {sorted(ENCODERS)}, not {config.encoder!r}")
-        self.actions, self.support = actions, config.support
-        self.inputs = list(observation_space.spaces)
         self.encoder = ENCODERS[config.encoder](dict(observation_space.spaces))
         bins = 2 * config.support + 1
         encoded = MLP(self.encoder.out_dim, config.hidden, nn.ReLU)
@@ -131,11 +129,6 @@ class MuZeroNet(nn.Module):
         """The hidden state of observations [N, ...]."""
         return scale_state(self.represent(self.encoder(obs)))
 
-    def initial(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(hidden state, policy logits, value logits) of observations [N, ...]."""
-        state = self.represent_state(obs)
-        return (state, *self.prediction(state))
-
     def prediction(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.predict(state)
         return self.policy(x), self.value(x)
@@ -147,24 +140,24 @@ class MuZeroNet(nn.Module):
 
 
 class _SearchModel:
-    """The net as `srl.search.mcts.Model`: NumPy in and out, scalars from the distributions."""
+    """A `ModelPolicy` as `srl.search.mcts.Model`: NumPy in and out, scalars from the distributions."""
 
-    def __init__(self, net: MuZeroNet, device: torch.device) -> None:
-        self.net, self.device = net, device
+    def __init__(self, model: ModelPolicy, device: torch.device) -> None:
+        self.model, self.device = model, device
 
     @torch.inference_mode()
     def initial(self, obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        state, logits, value = self.net.initial(obs_tensors(obs, 1, self.device)[0])
-        return state.cpu().numpy(), logits.cpu().numpy(), support_to_scalar(value, self.net.support).cpu().numpy()
+        state = self.model.represent(obs)
+        logits, value = self.model.predict(state)
+        return state.cpu().numpy(), logits.cpu().numpy(), self.model.from_support(value).cpu().numpy()
 
     @torch.inference_mode()
     def recurrent(self, state: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, ...]:
         tensor = lambda x: torch.as_tensor(x, device=self.device)  # noqa: E731
-        s, reward = self.net.step(tensor(state), tensor(action))
-        logits, value = self.net.prediction(s)
-        support = self.net.support
-        return (s.cpu().numpy(), support_to_scalar(reward, support).cpu().numpy(), logits.cpu().numpy(),
-                support_to_scalar(value, support).cpu().numpy())
+        s, reward = self.model.transition(tensor(state), tensor(action))
+        logits, value = self.model.predict(s)
+        return (s.cpu().numpy(), self.model.from_support(reward).cpu().numpy(), logits.cpu().numpy(),
+                self.model.from_support(value).cpu().numpy())
 
 
 class MuZeroPolicy(NetPolicy, ModelPolicy):
@@ -215,7 +208,7 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
     def search(self, obs: NamedArray, noise: bool = True):
         """The tree search from every row of `obs` (`srl.search.mcts.SearchResult`)."""
         mask = mask_of(obs)
-        return search(_SearchModel(self.net, self.device), obs, mask, self.search_config, self.rng, noise)
+        return search(_SearchModel(self, self.device), obs, mask, self.search_config, self.rng, noise)
 
     @property
     def temperature(self) -> float:

@@ -237,6 +237,7 @@ class _GumbelRoot:
                  noise: bool) -> None:
         roots, actions = trees.prior.shape[0], trees.prior.shape[2]
         self.trees, self.config, self.rows = trees, config, np.arange(roots)
+        self.root = np.zeros(roots, np.int64)  # every tree's node 0
         self.legal = np.ones((roots, actions), bool) if legal is None else legal
         self.logits = np.where(self.legal, np.log(np.maximum(trees.prior[:, 0], 1e-30)), -np.inf)
         self.gumbel = rng.gumbel(size=(roots, actions)) if noise else np.zeros((roots, actions))
@@ -251,12 +252,12 @@ class _GumbelRoot:
         return np.where(eligible, self.gumbel + self.logits + sigma, -np.inf).argmax(-1)
 
     def select(self, sim: int) -> np.ndarray:
-        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.rows * 0, self.config, self.sign)
+        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.root, self.config, self.sign)
         return self._best(visits, sigma, self.legal & (visits == self.schedule[:, sim, None]))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """(improved policy, action): the action among the most visited candidates."""
-        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.rows * 0, self.config, self.sign)
+        visits, sigma = _sigma_completed_q(self.trees, self.rows, self.root, self.config, self.sign)
         improved = np.where(self.legal, _softmax(np.where(self.legal, self.logits + sigma, -1e30)), 0.0)
         most = visits == np.where(self.legal, visits, -1).max(-1, keepdims=True)
         return improved, self._best(visits, sigma, self.legal & most)

@@ -21,6 +21,7 @@ from srl.envs.slots import EnvSlot
 from srl.models.muzero import MuZeroPolicy, scalar_to_support, support_to_scalar
 from srl.replay.buffer import ReplayBuffer
 from srl.workers.env_ring import EnvRing
+from srl.workers.reanalyse import reanalyse
 
 OBS_SPACE = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-5, 5, (4,), np.float32)})
 
@@ -86,6 +87,43 @@ def test_the_buffer_keeps_the_search_fields_the_learner_reads_and_names_one_miss
         buffer.insert(trajectory)
 
 
+def _searched_trajectory(T: int, envs: int, seed: int = 0) -> NamedArray:
+    rng = np.random.default_rng(seed)
+    return NamedArray({keys.OBS: {keys.OBS: rng.standard_normal((T + 1, envs, 4)).astype(np.float32)},
+                       keys.ACTION: rng.integers(0, 2, (T + 1, envs)), keys.REWARD: np.ones((T + 1, envs), np.float32),
+                       keys.TERMINATED: np.zeros((T + 1, envs), bool), keys.TRUNCATED: np.zeros((T + 1, envs), bool),
+                       keys.ALIVE: np.ones((T + 1, envs), bool), keys.VERSION: np.zeros((T + 1, envs), np.int64),
+                       keys.VALUE: rng.random((T + 1, envs), np.float32),
+                       keys.SEARCH_POLICY: rng.random((T + 1, envs, 2), np.float32)})
+
+
+def test_reanalyse_searches_every_stored_row_again_and_the_buffer_keeps_what_it_found():
+    T, envs = 6, 4
+    buffer = ReplayBuffer(8 * T, T, unit="sequence", also_store=MuZero.searched, seed=1)
+    trajectory = _searched_trajectory(T, envs)
+    buffer.insert(trajectory)
+    drawn = buffer.sample(3)
+    batch = NamedArray({k: drawn[k][0] for k in (keys.OBS, keys.ALIVE, keys.VERSION, keys.REPLAY_INDEX)})
+    policy = _muzero().policy
+    fresh = reanalyse(policy, batch)
+    assert fresh[keys.VALUE].shape == (T + 1, 3, 1) and fresh[keys.SEARCH_POLICY].shape == (T + 1, 3, 1, 2)
+    assert np.allclose(fresh[keys.SEARCH_POLICY].sum(-1), 1.0)  # visit distributions of a search from every row
+    assert buffer.refresh(fresh[keys.REPLAY_INDEX], NamedArray({k: fresh[k] for k in MuZero.searched})) == 3
+    last_column = {serial: column for column, serial in enumerate(fresh[keys.REPLAY_INDEX].tolist())}  # drawn twice: last wins
+    for serial, column in last_column.items():
+        assert np.array_equal(buffer.store[keys.VALUE][serial, :, 0], fresh[keys.VALUE][:, column, 0])
+        assert np.array_equal(buffer.store[keys.SEARCH_POLICY][serial, :, 0], fresh[keys.SEARCH_POLICY][:, column, 0])
+    untouched = sorted(set(range(envs)) - set(fresh[keys.REPLAY_INDEX].tolist()))
+    for serial in untouched:
+        assert np.array_equal(buffer.store[keys.VALUE][serial, :, 0], trajectory[keys.VALUE][:, serial])
+    # Sequences overwritten since they were drawn are not touched; fields the buffer does not keep are refused.
+    for seed in range(2):
+        buffer.insert(_searched_trajectory(T, envs, seed=seed + 1))
+    assert buffer.refresh(fresh[keys.REPLAY_INDEX], NamedArray({k: fresh[k] for k in MuZero.searched})) == 0
+    with pytest.raises(ValueError, match=r"cannot refresh \['reward'\]"):
+        buffer.refresh(fresh[keys.REPLAY_INDEX], NamedArray({keys.REWARD: fresh[keys.VALUE]}))
+
+
 def test_values_and_rewards_round_trip_through_their_categorical_supports():
     x = torch.tensor([-30.0, -1.0, 0.0, 0.4, 3.0, 97.0])
     two_hot = scalar_to_support(x, 10)
@@ -144,3 +182,17 @@ def test_cartpole_muzero_trains_in_its_graph_of_actors_a_buffer_and_a_trainer(tm
     assert "  buffer:\n    kind: buffer" in graph
     status = json.loads((run_dir / "status.json").read_text())
     assert {"actor", "buffer", "trainer"} <= {row["group"] for row in status["workers"]}
+
+
+def test_reanalyse_workers_refresh_the_buffers_targets_with_newer_parameters(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    summary = train_inline(run_dir, "cartpole-muzero", "stop.env_steps=4000", "replay.learning_starts=1000",
+                           "policy.args.simulations=8", "algorithm.args.reanalyse_fraction=0.1")
+    assert summary["env_steps"] >= 4000 and summary["policy_version"] > 0, summary
+    workers = {row["group"]: row for row in json.loads((run_dir / "status.json").read_text())["workers"]}
+    assert {"reanalyse", "buffer"} <= set(workers)
+    buffer, worker = workers["buffer"]["stats"], workers["reanalyse"]["stats"]
+    assert buffer["refreshed"] > 0 and worker["reanalysed"] >= buffer["refreshed"], (buffer, worker)
+    # At the fraction asked for: 0.1 of the sequences trained on, within a batch or two in flight.
+    trained = buffer["updates_sent"] * 16
+    assert 0.1 * trained - 3 * 16 <= buffer["reanalyse_sent"] <= 0.1 * trained, buffer

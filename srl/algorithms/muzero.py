@@ -61,6 +61,10 @@ class MuZeroConfig(AlgorithmConfig):
     #: sooner. 0 turns it off.
     consistency_weight: float = pydantic.Field(1.0, ge=0)
     max_grad_norm: float | None = pydantic.Field(5.0, gt=0)
+    #: Reanalyse (Schrittwieser et al. 2021): stored sequences searched again with the newest
+    #: parameters, per sequence trained on; their fresh searched values and policies replace
+    #: the stored targets. A reanalyse worker per buffer does it; 0: none.
+    reanalyse_fraction: float = pydantic.Field(0.0, ge=0)
 
 
 def _scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -77,7 +81,8 @@ class MuZero(Algorithm):
 
     @classmethod
     def graph(cls, config: ExperimentConfig) -> Graph:
-        return replay_graph(config, "sequence", also_store=cls.searched)
+        fraction = cls.Config(**config.algorithm.args).reanalyse_fraction
+        return replay_graph(config, "sequence", also_store=cls.searched, reanalyse_fraction=fraction)
 
     def __init__(self, policy: Policy, config: MuZeroConfig) -> None:
         if not isinstance(policy, ModelPolicy):

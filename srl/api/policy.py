@@ -179,3 +179,9 @@ class ModelPolicy(Policy):
     @abstractmethod
     def from_support(self, logits: torch.Tensor) -> torch.Tensor:
         """The scalars [...] that logits [..., bins] stand for."""
+
+    @abstractmethod
+    def search_targets(self, obs: Any) -> NamedArray:
+        """What a search from each row of observations [N, ...] finds with the parameters held now:
+        `keys.VALUE` [N] and `keys.SEARCH_POLICY` [N, actions], the targets `rollout` records
+        (reanalyse refreshes stored play with them)."""

@@ -88,6 +88,7 @@ WORKERS = Registry("worker kind", {
     "trainer": "srl.workers.trainer:TrainerWorker",
     "relay": "srl.workers.relay:RelayWorker",
     "buffer": "srl.workers.buffer:BufferWorker",
+    "reanalyse": "srl.workers.reanalyse:ReanalyseWorker",
     "eval": "srl.workers.evaluator:EvalWorker",
     "league": "srl.workers.league:LeagueWorker",
     "population": "srl.workers.population:PopulationWorker",

@@ -93,6 +93,14 @@ class BufferSettings(Section):
     joint: bool
     #: Trajectory fields kept besides the buffer's own (`srl.replay.buffer.STORED`).
     also_store: tuple[str, ...] = ()
+    #: Reanalyse: sequences sent to be searched again with newer parameters, per sequence sent
+    #: to the trainers (its `reanalyse` port connected; MuZero's `reanalyse_fraction`).
+    reanalyse_fraction: float = 0.0
+
+
+class ReanalyseSettings(Section):
+    env: EnvConfig
+    policy: ComponentConfig
 
 
 class EvalSettings(Section):

@@ -35,7 +35,7 @@ from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
 from srl.models.encoders import ENCODERS
 from srl.models.masks import check_mask_space, mask_of
-from srl.search.mcts import SearchConfig, search, select_action
+from srl.search.mcts import SearchConfig, SearchResult, search, select_action
 
 _EPSILON = 0.001
 
@@ -160,6 +160,14 @@ class _SearchModel:
                 self.model.from_support(value).cpu().numpy())
 
 
+def _policy_target(result: SearchResult) -> np.ndarray:
+    """What the policy learns towards from a search: Gumbel's improved policy, else the root's visit distribution."""
+    if result.improved is not None:
+        return result.improved.astype(np.float32)
+    visits = result.visits.astype(np.float32)
+    return visits / np.maximum(visits.sum(-1, keepdims=True), 1.0)
+
+
 class MuZeroPolicy(NetPolicy, ModelPolicy):
     """Acts by a tree search with its own networks from every row at once; see the module docstring."""
 
@@ -220,16 +228,20 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
 
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         result = self.search(obs, noise=not deterministic)
-        if result.improved is not None:  # Gumbel: the search picked the action
-            action, target = result.action, result.improved.astype(np.float32)
+        target = _policy_target(result)
+        if result.action is not None:  # Gumbel: the search picked the action
+            action = result.action
         else:
             action = select_action(result.visits, 0.0 if deterministic else self.temperature, self.rng)
-            visits = result.visits.astype(np.float32)
-            target = visits / np.maximum(visits.sum(-1, keepdims=True), 1.0)
         rows = np.arange(len(action))
         logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
         return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,
                            keys.VALUE: result.value.astype(np.float32), keys.SEARCH_POLICY: target})
+
+    def search_targets(self, obs: Any) -> NamedArray:
+        # Searched as while acting (root noise included), so refreshed targets are like fresh ones.
+        result = self.search(obs)
+        return NamedArray({keys.VALUE: result.value.astype(np.float32), keys.SEARCH_POLICY: _policy_target(result)})
 
     def analyze(self, batch: Any, entropy: bool = True) -> Analysis:
         raise NotImplementedError("MuZero learns through its networks' unroll (srl.algorithms.muzero), not analyze")

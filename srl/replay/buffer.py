@@ -173,6 +173,26 @@ class ReplayBuffer:
         self.max_priority = max(self.max_priority, float(value.max()))
         return int(held.sum())
 
+    def refresh(self, index: np.ndarray, fields: NamedArray) -> int:
+        """Overwrite `also_store` fields of sampled sequences with fresh ones (reanalyse: targets
+        searched again with newer parameters), time-major [T + 1, n, G, ...] as `sample` gave
+        them; returns how many of the n sequences were still held (the others were overwritten
+        since, and are skipped)."""
+        if self.unit != "sequence":
+            raise ValueError("replay: only stored sequences are refreshed (unit: sequence)")
+        unknown = sorted(set(fields) - set(self.also_store))
+        if unknown:
+            raise ValueError(f"replay: cannot refresh {unknown}: the buffer keeps only {list(self.also_store)} "
+                             f"besides the play itself")
+        serial = np.asarray(index, np.int64).ravel()
+        held = (serial >= 0) & (serial >= self.inserted - self.segments) & (serial < self.inserted)
+        if self.store is None or not held.any():
+            return 0
+        slots = serial[held] % self.segments
+        for key in fields:
+            self.store[key][slots] = np.swapaxes(np.asarray(fields[key]), 0, 1)[held]
+        return int(held.sum())
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, np.ndarray]:
         """The contents as flat numpy arrays (for `np.savez`: no pickled objects)."""

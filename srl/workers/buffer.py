@@ -9,6 +9,11 @@ credits and a fast trainer waits for samples. Without a ratio (Ape-X) neither wa
 
 Each batch's meta tells the trainer how many env steps it stands for: updates / ratio, or,
 without a ratio, the env steps that arrived since the previous batch.
+
+With its `reanalyse` port connected (MuZero), it also sends sequences it holds, drawn as the
+trainers' are, to a reanalyse worker (`srl.workers.reanalyse`), `reanalyse_fraction` of them per
+sequence sent to the trainers, and writes the fresh search targets that come back over the
+stored ones. The trainers never wait for it: a reanalyse worker that falls behind is sent less.
 """
 
 from __future__ import annotations
@@ -24,16 +29,19 @@ from srl.api.run_paths import RunPaths
 from srl.api.settings import BufferSettings
 from srl.api.worker import Port, Supervision
 from srl.data import keys
+from srl.data.named_array import NamedArray
+from srl.learn import checkpoint
 from srl.replay.buffer import ReplayBuffer
 from srl.streams.link import LinkWaiter
 from srl.streams.samples import SampleConsumer, SampleProducer
-from srl.learn import checkpoint
 from srl.workers.base import FatalError, Worker
 
 log = logging.getLogger(__name__)
 
 #: Trajectories taken, and batches sent, per poll at most (so heartbeats and replies keep flowing).
 MAX_PER_POLL = 8
+#: Batches of sequences sent to the reanalyse worker and not yet taken by it, at most.
+REANALYSE_IN_FLIGHT = 2
 #: Longest idle wait (ms): short enough for heartbeats and commands to stay on time.
 IDLE_WAIT_MS = 50
 
@@ -52,7 +60,8 @@ def make_buffer(settings: BufferSettings, seed: int = 0) -> ReplayBuffer:
 
 
 class BufferWorker(Worker):
-    ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce")}
+    ports = {"samples": Port("samples", "consume"), "replay": Port("samples", "produce"),
+             "reanalyse": Port("samples", "produce", optional=True)}
     # A replaced buffer reloads what it last saved when `replay.save_contents` is on (a
     # restart, like a resumed run, starts "from the checkpoint"); otherwise it starts empty.
     supervision = Supervision(scope="worker", from_checkpoint=True)
@@ -73,8 +82,15 @@ class BufferWorker(Worker):
         samples, replay = self.spec.streams["samples"], self.spec.streams["replay"]
         self.consumer = SampleConsumer(self.ctx, samples.key, samples.transport)
         self.out = SampleProducer(self.ctx, replay.key, replay.transport, self.name, r.batches_in_flight)
-        self.either_side = LinkWaiter([self.out.link, self.consumer.link])
-        self.trainer_side = LinkWaiter([self.out.link])
+        #: Reanalyse: where sequences go to be searched again, and how many went and came back.
+        self.to_reanalyse = None
+        if "reanalyse" in self.spec.streams:
+            end = self.spec.streams["reanalyse"]
+            self.to_reanalyse = SampleProducer(self.ctx, end.key, end.transport, self.name, REANALYSE_IN_FLIGHT)
+        self.reanalyse_sent = self.refreshed = 0
+        answers = [self.to_reanalyse.link] if self.to_reanalyse is not None else []
+        self.either_side = LinkWaiter([self.out.link, self.consumer.link, *answers])
+        self.trainer_side = LinkWaiter([self.out.link, *answers])
         self.ratio: float | None = r.replay_ratio
         self.updates_per_batch = r.updates_per_batch
         #: Env steps per batch at the ratio; a trajectory may overshoot the lead by its own size.
@@ -109,6 +125,7 @@ class BufferWorker(Worker):
     def poll(self) -> None:
         for reply in self.out.take_replies():
             self.priority_updates += self.buffer.update_priorities(reply[keys.REPLAY_INDEX], reply[keys.PRIORITY])
+        reanalysed = self._reanalyse()
         took = sent = 0
         while took < MAX_PER_POLL and self._may_take() and (got := self.consumer.get(0)) is not None:
             self._insert(got[1])
@@ -117,7 +134,7 @@ class BufferWorker(Worker):
             if not self._send():
                 break
             sent += 1
-        if not took and not sent:
+        if not took and not sent and not reanalysed:
             # Idle: sleep until either side can move us on (a trajectory we may take, a
             # trainer's credit or priorities). Taking turns at short timeouts instead woke
             # this worker hundreds of times a second, CPU the trainers on the same cores lost.
@@ -144,6 +161,27 @@ class BufferWorker(Worker):
         self.updates_sent += self.updates_per_batch
         return True
 
+    def _reanalyse(self) -> bool:
+        """Take fresh targets in; send sequences out while the fraction is behind and a slot is
+        free. True: either happened."""
+        out = self.to_reanalyse
+        if out is None:
+            return False
+        answers = out.take_replies()
+        for fresh in answers:
+            index = fresh[keys.REPLAY_INDEX]
+            self.refreshed += self.buffer.refresh(index, NamedArray({k: fresh[k] for k in fresh
+                                                                     if k != keys.REPLAY_INDEX}))
+        n = self.replay.batch_size
+        due = self.settings.reanalyse_fraction * self.updates_sent * n - self.reanalyse_sent
+        if due < n or out.in_flight >= out.slots or self.buffer.tree.total <= 0:
+            return bool(answers)
+        drawn = self.buffer.sample(n)
+        batch = NamedArray({k: drawn[k][0] for k in (keys.OBS, keys.ALIVE, keys.VERSION, keys.REPLAY_INDEX)})
+        if out.try_put(batch):
+            self.reanalyse_sent += n
+        return True
+
     def save_contents(self) -> None:
         """Write the contents next to the checkpoints, atomically (plain arrays, no pickle)."""
         try:
@@ -162,7 +200,9 @@ class BufferWorker(Worker):
                 "updates_sent": self.updates_sent, "samples_in_per_s": self.taken_steps / elapsed,
                 "fps": self.taken_steps / elapsed,  # env steps stored per second
                 "batches_out_per_s": self.updates_sent / self.updates_per_batch / elapsed,
-                "priority_updates": self.priority_updates, "dropped": self.consumer.dropped}
+                "priority_updates": self.priority_updates, "dropped": self.consumer.dropped,
+                **({"reanalyse_sent": self.reanalyse_sent, "refreshed": self.refreshed}
+                   if self.to_reanalyse is not None else {})}
 
     def endpoints(self) -> list[str]:
         return [self.consumer.link.address] if hasattr(self, "consumer") else []
@@ -170,6 +210,6 @@ class BufferWorker(Worker):
     def teardown(self) -> None:
         if hasattr(self, "out") and self.replay.save_contents:
             self.save_contents()
-        for closable in ("consumer", "out"):
-            if hasattr(self, closable):
+        for closable in ("consumer", "out", "to_reanalyse"):
+            if getattr(self, closable, None) is not None:
                 getattr(self, closable).close()

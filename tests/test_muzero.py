@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import train_inline
 
-from srl.algorithms.muzero import MuZero, MuZeroConfig
+from srl.algorithms.muzero import MuZero, MuZeroConfig, movers
 from srl.api.agents import DEFAULT_POLICY
 from srl.api.components import make_env
 from srl.data import keys
@@ -61,6 +61,34 @@ def test_past_a_truncation_nothing_is_a_target():
     t = _muzero(unroll_steps=2, td_steps=2).targets(_segment(truncated_at=3))
     # The episode was cut after row 3's step: row 4 starts another, unseen from row 3's side.
     assert t["known"][:, 0].tolist() == [[True] * 3, [True] * 3, [True, True, False], [True, False, False]]
+
+
+def test_two_players_values_are_the_movers_and_flip_sign_every_ply():
+    policy = MuZeroPolicy(OBS_SPACE, gym.spaces.Discrete(2), state=16, hidden=[32], support=10, discount=1.0,
+                          two_player=True)
+    muzero = MuZero(policy, MuZeroConfig(unroll_steps=1, td_steps=5))
+    # The mover of row 2 wins: +1 to it, the game over. Rows 0 and 2 are one player's moves, row 1 the other's.
+    segment = _segment(terminated_at=2, T=4)
+    segment[keys.REWARD][:] = 0
+    segment[keys.REWARD][2] = 1
+    assert muzero.targets(segment)["value"][:, 0, 0].tolist() == [1.0, -1.0, 1.0]
+
+
+def test_a_turn_based_games_rows_become_its_movers_alternating_moves():
+    T1, G = 6, 2
+    waiting = np.array([1, 0, 0], np.int8)  # a player waiting for its turn may only pass (action 0)
+    mover_of_row = [0, 1, 0, 1, 0, 1]
+    mask = np.tile(waiting, (T1, 1, G, 1))
+    for t, mover in enumerate(mover_of_row):
+        mask[t, 0, mover] = [1, 1, 1]
+    mask[0, 0, 0] = mask[3, 0, 1] = [1, 0, 0]  # a mover with one legal move left looks like the waiting player
+    obs = 10 * np.arange(T1)[:, None, None] + np.arange(G)[None, None, :]  # row t, agent g: 10 t + g
+    rows = NamedArray({keys.OBS: {keys.OBS: obs.astype(np.float32), keys.ACTION_MASK: mask},
+                       keys.REWARD: np.zeros((T1, 1, G), np.float32), keys.TERMINATED: np.zeros((T1, 1, G), bool),
+                       keys.TRUNCATED: np.zeros((T1, 1, G), bool)})
+    played = movers(rows)
+    assert played[keys.OBS][keys.OBS][:, 0, 0].tolist() == [10 * t + g for t, g in enumerate(mover_of_row)]
+    assert played[keys.REWARD].shape == (T1, 1, 1)
 
 
 def test_the_buffer_keeps_the_search_fields_the_learner_reads_and_names_one_missing():

@@ -67,6 +67,28 @@ class MuZeroConfig(AlgorithmConfig):
     reanalyse_fraction: float = pydantic.Field(0.0, ge=0)
 
 
+def movers(rows: NamedArray) -> NamedArray:
+    """A turn-based game's play [T + 1, B, G, ...], where every agent has a row at every step
+    and one waiting for its turn has one legal action (`srl.envs.turn_based`), as the mover's
+    rows alone, [T + 1, B, 1, ...]: the game as its players' alternating moves. A row whose
+    agents each have one legal action (a mover with one move left) goes to the agent after the
+    previous row's mover, or before the next row's, within the episode."""
+    mask = np.asarray(rows[keys.OBS][keys.ACTION_MASK])  # [T + 1, B, G, A]
+    T1, B, G = mask.shape[:3]
+    choosing = mask.sum(-1) > 1  # [T + 1, B, G]: surely the mover
+    mover = np.where(choosing.any(-1), choosing.argmax(-1), -1)  # [T + 1, B]
+    ended = (np.asarray(rows[keys.TERMINATED]) | np.asarray(rows[keys.TRUNCATED])).any(-1)  # [T + 1, B]
+    for t in range(1, T1):  # forwards: the next player after a known mover
+        after = (mover[t] < 0) & (mover[t - 1] >= 0) & ~ended[t - 1]
+        mover[t] = np.where(after, (mover[t - 1] + 1) % G, mover[t])
+    for t in range(T1 - 2, -1, -1):  # backwards, for a segment's first rows
+        before = (mover[t] < 0) & (mover[t + 1] >= 0) & ~ended[t]
+        mover[t] = np.where(before, (mover[t + 1] - 1) % G, mover[t])
+    mover = np.maximum(mover, 0)
+    t, b = np.meshgrid(np.arange(T1), np.arange(B), indexing="ij")
+    return rows.map(lambda x: x[t, b, mover][:, :, None])
+
+
 def _scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x * scale + x.detach() * (1 - scale)
 
@@ -82,7 +104,8 @@ class MuZero(Algorithm):
     @classmethod
     def graph(cls, config: ExperimentConfig) -> Graph:
         fraction = cls.Config(**config.algorithm.args).reanalyse_fraction
-        return replay_graph(config, "sequence", also_store=cls.searched, reanalyse_fraction=fraction)
+        # `joint`: a segment holds all of an env's agents, so a turn-based game's movers line up.
+        return replay_graph(config, "sequence", joint=True, also_store=cls.searched, reanalyse_fraction=fraction)
 
     def __init__(self, policy: Policy, config: MuZeroConfig) -> None:
         if not isinstance(policy, ModelPolicy):
@@ -101,7 +124,9 @@ class MuZero(Algorithm):
         [starts, B, K + 1], the value, reward and policy targets, where the policy target counts
         and where the value and reward targets do (see the module docstring)."""
         c: MuZeroConfig = self.config
-        gamma, K = self.model.discount, c.unroll_steps
+        K = c.unroll_steps
+        # Two players: each row's value is its mover's, and the next row's mover is the other player.
+        gamma = -self.model.discount if self.model.two_player else self.model.discount
         rows = batch[:-1]
         reward, terminated, truncated = (np.asarray(rows[k]).T for k in (keys.REWARD, keys.TERMINATED, keys.TRUNCATED))
         searched = np.asarray(batch[keys.VALUE], np.float64).T  # [B, T + 1]
@@ -146,12 +171,14 @@ class MuZero(Algorithm):
         row with K rows after it. Returns the losses and each segment's new priority."""
         c: MuZeroConfig = self.config
         K, model = c.unroll_steps, self.model
-        T1, B, G = rows[keys.REWARD].shape[:3]
+        played = NamedArray({k: rows[k] for k in (keys.OBS, keys.ACTION, keys.REWARD, keys.TERMINATED,
+                                                  keys.TRUNCATED, keys.ALIVE, *self.searched)})
+        if model.two_player:
+            played = movers(played)
+        T1, B, G = played[keys.REWARD].shape[:3]
         N = B * G
         # An env's agents are more columns: [T + 1, B, G, ...] -> [T + 1, B * G, ...].
-        columns = NamedArray({k: rows[k] for k in (keys.OBS, keys.ACTION, keys.REWARD, keys.TERMINATED,
-                                                   keys.TRUNCATED, keys.ALIVE, *self.searched)}).map(
-            lambda x: x.reshape(T1, N, *x.shape[3:]))
+        columns = played.map(lambda x: x.reshape(T1, N, *x.shape[3:]))
         targets = self.targets(columns)
         starts = targets["value"].shape[0]
         s_idx, n_idx = np.nonzero(np.asarray(columns[keys.ALIVE][:starts]))

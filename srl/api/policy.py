@@ -159,6 +159,9 @@ class ModelPolicy(Policy):
 
     #: The discount the search and the value targets use.
     discount: float
+    #: Players alternate (a turn-based game's agents, one moving at each step): the model
+    #: unrolls the movers' moves, and each value is the mover's, of sign flipping every ply.
+    two_player: bool = False
 
     @abstractmethod
     def represent(self, obs: Mapping[str, Any]) -> torch.Tensor:

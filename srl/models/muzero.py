@@ -197,6 +197,10 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
     def discount(self) -> float:
         return self.config.discount
 
+    @property
+    def two_player(self) -> bool:
+        return self.config.two_player
+
     def represent(self, obs: Any) -> torch.Tensor:
         return self.net.represent_state(obs_tensors(obs, 1, self.device)[0])
 
@@ -213,7 +217,7 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
         return support_to_scalar(logits, self.config.support)
 
     # ------------------------------------------------------------ acting
-    def search(self, obs: NamedArray, noise: bool = True):
+    def search(self, obs: NamedArray, noise: bool = True) -> SearchResult:
         """The tree search from every row of `obs` (`srl.search.mcts.SearchResult`)."""
         mask = mask_of(obs)
         return search(_SearchModel(self, self.device), obs, mask, self.search_config, self.rng, noise)
@@ -226,22 +230,47 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
         progress = min(1.0, self.version / c.temperature_versions)
         return c.temperature + progress * (c.final_temperature - c.temperature)
 
+    def _searched(self, obs: NamedArray, noise: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(value [N], policy target [N, A], the search's action [N] with Gumbel, else None) from
+        every row. A row with one legal action (a player waiting for its turn) is not searched:
+        its target is that action and its value the model's prediction."""
+        mask = mask_of(obs)
+        rows = len(next(iter(obs.items_flat()))[1])
+        forced = np.zeros(rows, bool) if mask is None else np.asarray(mask).sum(-1) == 1
+        if not forced.any():
+            result = self.search(obs, noise)
+            return result.value, _policy_target(result), result.action
+        value = np.zeros(rows, np.float32)
+        target = np.zeros((rows, self.actions), np.float32)
+        action = np.zeros(rows, np.int64)
+        only = np.asarray(mask)[forced].argmax(-1)
+        target[forced, only], action[forced] = 1.0, only
+        value[forced] = self._predicted_value(obs.map(lambda x: x[forced]))
+        free = ~forced
+        if free.any():
+            result = self.search(obs.map(lambda x: x[free]), noise)
+            value[free], target[free] = result.value, _policy_target(result)
+            if result.action is not None:
+                action[free] = result.action
+        return value, target, (action if self.config.gumbel else None)
+
+    @torch.inference_mode()
+    def _predicted_value(self, obs: NamedArray) -> np.ndarray:
+        return self.from_support(self.predict(self.represent(obs))[1]).cpu().numpy()
+
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
-        result = self.search(obs, noise=not deterministic)
-        target = _policy_target(result)
-        if result.action is not None:  # Gumbel: the search picked the action
-            action = result.action
-        else:
-            action = select_action(result.visits, 0.0 if deterministic else self.temperature, self.rng)
+        value, target, action = self._searched(obs, noise=not deterministic)
+        if action is None:  # pUCT: drawn from the visit distribution (Gumbel's search picked it)
+            action = select_action(target, 0.0 if deterministic else self.temperature, self.rng)
         rows = np.arange(len(action))
         logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
         return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,
-                           keys.VALUE: result.value.astype(np.float32), keys.SEARCH_POLICY: target})
+                           keys.VALUE: value.astype(np.float32), keys.SEARCH_POLICY: target})
 
     def search_targets(self, obs: Any) -> NamedArray:
         # Searched as while acting (root noise included), so refreshed targets are like fresh ones.
-        result = self.search(obs)
-        return NamedArray({keys.VALUE: result.value.astype(np.float32), keys.SEARCH_POLICY: _policy_target(result)})
+        value, target, _ = self._searched(obs, noise=True)
+        return NamedArray({keys.VALUE: value.astype(np.float32), keys.SEARCH_POLICY: target})
 
     def analyze(self, batch: Any, entropy: bool = True) -> Analysis:
         raise NotImplementedError("MuZero learns through its networks' unroll (srl.algorithms.muzero), not analyze")

@@ -29,7 +29,7 @@ of row t + k's observation. A segment's new priority is the mean |v_0 - z| of it
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import pydantic
@@ -61,6 +61,10 @@ class MuZeroConfig(AlgorithmConfig):
     #: sooner. 0 turns it off.
     consistency_weight: float = pydantic.Field(1.0, ge=0)
     max_grad_norm: float | None = pydantic.Field(5.0, gt=0)
+    #: What the value targets bootstrap from after their n rewards: the value the actors' (or
+    #: reanalyse's) search found there (`search`), or the value the model being trained now
+    #: predicts there (`model`, as MuZero's own target network does: never staler than one update).
+    bootstrap_from: Literal["search", "model"] = "search"
     #: Reanalyse (Schrittwieser et al. 2021): stored sequences searched again with the newest
     #: parameters, per sequence trained on; their fresh searched values and policies replace
     #: the stored targets. A reanalyse worker per buffer does it; 0: none.
@@ -179,6 +183,11 @@ class MuZero(Algorithm):
         N = B * G
         # An env's agents are more columns: [T + 1, B, G, ...] -> [T + 1, B * G, ...].
         columns = played.map(lambda x: x.reshape(T1, N, *x.shape[3:]))
+        if c.bootstrap_from == "model":
+            with torch.no_grad():
+                predicted = model.from_support(model.predict(model.represent(columns[keys.OBS].map(
+                    lambda x: x.reshape(T1 * N, *x.shape[2:]))))[1])
+            columns[keys.VALUE] = predicted.cpu().numpy().reshape(T1, N)
         targets = self.targets(columns)
         starts = targets["value"].shape[0]
         s_idx, n_idx = np.nonzero(np.asarray(columns[keys.ALIVE][:starts]))

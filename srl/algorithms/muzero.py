@@ -10,18 +10,25 @@ From every live row t of a segment [T + 1] with K rows after it, the learner enc
 unrolls the dynamics along the actions taken, a_t .. a_{t+K-1}; at step k it predicts
 
     policy  p_k  -> the search's policy at row t + k (visit counts, or Gumbel's improved policy)
-    value   v_k  -> z_{t+k} = r_{t+k} + ... + gamma^(n-1) r_{t+k+n-1} + gamma^n v_search(t+k+n)
+    value   v_k  -> z_{t+k} = r_{t+k} + ... + gamma^(n-1) r_{t+k+n-1} + gamma^n v(t+k+n)
     reward  u_k  -> r_{t+k-1}                                   (k >= 1)
 
-where an episode that ends first ends the sum (no bootstrap after a terminal step; after a
-truncation the last row's searched value stands in), and so does the segment (its row T's
-searched value is the bootstrap). Steps past a terminal step are absorbing: value and reward
-targets 0, no policy target; past a truncation, no target at all. Values and rewards are
-categorical (cross-entropy against two-hot targets on the transformed scale). As in the
-paper, each unrolled step's loss is scaled by 1 / K and the gradient entering each next
-hidden state by 1/2, so the unroll's total gradient does not grow with K. The consistency
-loss (EfficientZero) draws the state the dynamics reach at step k towards the representation
-of row t + k's observation. A segment's new priority is the mean |v_0 - z| of its rows; importance weights scale each segment's losses.
+where v is the value the model being trained predicts at that row (`bootstrap_from: model`)
+or the one the search found there when the row was played or last reanalysed (`search`). An
+episode that ends first ends the sum (no bootstrap after a terminal step; after a truncation
+the last row's value stands in), and so does the segment (its row T's value is the
+bootstrap). Steps past a terminal step are absorbing: value and reward targets 0, no policy
+target; past a truncation, no target at all. Values and rewards are categorical
+(cross-entropy against two-hot targets on the transformed scale). As in the paper, each
+unrolled step's loss is scaled by 1 / K and the gradient entering each next hidden state by
+1/2, so the unroll's total gradient does not grow with K. The consistency loss (EfficientZero)
+draws the state the dynamics reach at step k towards the representation of row t + k's
+observation. A segment's new priority is the mean |v_0 - z| of its rows; importance weights
+scale each segment's losses.
+
+Two players (a turn-based game, `ModelPolicy.two_player`): a segment holds both players' rows
+at every step; the learner keeps the mover's (`movers`), and gamma above becomes -gamma, as
+each value is its mover's.
 
     muzero = MuZero(policy, MuZero.Config(unroll_steps=5, td_steps=10))
     stats = muzero.step(batch)              # replayed segments [updates, T + 1, batch, agents]
@@ -64,7 +71,7 @@ class MuZeroConfig(AlgorithmConfig):
     #: What the value targets bootstrap from after their n rewards: the value the actors' (or
     #: reanalyse's) search found there (`search`), or the value the model being trained now
     #: predicts there (`model`, as MuZero's own target network does: never staler than one update).
-    bootstrap_from: Literal["search", "model"] = "search"
+    bootstrap_from: Literal["search", "model"] = "model"
     #: Reanalyse (Schrittwieser et al. 2021): stored sequences searched again with the newest
     #: parameters, per sequence trained on; their fresh searched values and policies replace
     #: the stored targets. A reanalyse worker per buffer does it; 0: none.

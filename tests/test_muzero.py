@@ -212,9 +212,9 @@ def test_cartpole_muzero_trains_in_its_graph_of_actors_a_buffer_and_a_trainer(tm
     assert {"actor", "buffer", "trainer"} <= {row["group"] for row in status["workers"]}
 
 
-def test_reanalyse_workers_refresh_the_buffers_targets_with_newer_parameters(tmp_path: Path):
+def test_reanalyse_workers_refresh_the_buffers_targets_of_two_player_games(tmp_path: Path):
     run_dir = tmp_path / "run"
-    summary = train_inline(run_dir, "cartpole-muzero", "stop.env_steps=4000", "replay.learning_starts=1000",
+    summary = train_inline(run_dir, "tictactoe-muzero", "stop.env_steps=4000", "replay.learning_starts=1000",
                            "policy.args.simulations=8", "algorithm.args.reanalyse_fraction=0.1")
     assert summary["env_steps"] >= 4000 and summary["policy_version"] > 0, summary
     workers = {row["group"]: row for row in json.loads((run_dir / "status.json").read_text())["workers"]}

@@ -190,11 +190,15 @@ class MuZero(Algorithm):
         N = B * G
         # An env's agents are more columns: [T + 1, B, G, ...] -> [T + 1, B * G, ...].
         columns = played.map(lambda x: x.reshape(T1, N, *x.shape[3:]))
-        if c.bootstrap_from == "model":
+        # Every row's representation without gradient, computed once: the consistency loss draws
+        # unrolled states towards it, and the model's bootstrap values are predicted from it.
+        seen = None
+        if c.bootstrap_from == "model" or c.consistency_weight:
             with torch.no_grad():
-                predicted = model.from_support(model.predict(model.represent(columns[keys.OBS].map(
-                    lambda x: x.reshape(T1 * N, *x.shape[2:]))))[1])
-            columns[keys.VALUE] = predicted.cpu().numpy().reshape(T1, N)
+                seen = model.represent(columns[keys.OBS].map(lambda x: x.reshape(T1 * N, *x.shape[2:])))
+                if c.bootstrap_from == "model":
+                    columns[keys.VALUE] = model.from_support(model.predict(seen)[1]).cpu().numpy().reshape(T1, N)
+                seen = seen.reshape(T1, N, -1)
         targets = self.targets(columns)
         starts = targets["value"].shape[0]
         s_idx, n_idx = np.nonzero(np.asarray(columns[keys.ALIVE][:starts]))
@@ -205,11 +209,6 @@ class MuZero(Algorithm):
         policy_logits, value_logits = model.predict(state)
         first_value = model.from_support(value_logits.detach()).cpu().numpy()
         value_loss = reward_loss = policy_loss = consistency_loss = 0.0
-        if c.consistency_weight:
-            with torch.no_grad():  # the representations of rows t + 1 .. t + K
-                later = (s_idx[None] + np.arange(1, K + 1)[:, None]).ravel()
-                seen = model.represent(columns[keys.OBS].map(lambda x: x[later, np.tile(n_idx, K)]))
-                seen_states = seen.reshape(K, len(s_idx), -1)
         for k in range(K + 1):
             scale = 1.0 if k == 0 else 1.0 / K
             known = tensor(targets["known"][s_idx, n_idx, k]).float()
@@ -222,7 +221,7 @@ class MuZero(Algorithm):
                 step_reward = -(reward_target * F.log_softmax(reward_logits, -1)).sum(-1) * known
                 reward_loss = reward_loss + scale * (weight * step_reward).mean()
                 if c.consistency_weight:
-                    similarity = F.cosine_similarity(state, seen_states[k - 1], dim=-1) * mask
+                    similarity = F.cosine_similarity(state, seen[tensor(s_idx + k), tensor(n_idx)], dim=-1) * mask
                     consistency_loss = consistency_loss - scale * (weight * similarity).mean()
             value_target = model.to_support(tensor(targets["value"][s_idx, n_idx, k]).float())
             step_value = -(value_target * F.log_softmax(value_logits, -1)).sum(-1) * known

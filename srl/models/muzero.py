@@ -235,17 +235,17 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
         every row. A row with one legal action (a player waiting for its turn) is not searched:
         its target is that action and its value the model's prediction."""
         mask = mask_of(obs)
-        rows = len(next(iter(obs.items_flat()))[1])
-        forced = np.zeros(rows, bool) if mask is None else np.asarray(mask).sum(-1) == 1
-        if not forced.any():
+        forced = None if mask is None else np.asarray(mask).sum(-1) == 1
+        if forced is None or not forced.any():
             result = self.search(obs, noise)
             return result.value, _policy_target(result), result.action
+        rows = len(forced)
         value = np.zeros(rows, np.float32)
         target = np.zeros((rows, self.actions), np.float32)
         action = np.zeros(rows, np.int64)
         only = np.asarray(mask)[forced].argmax(-1)
         target[forced, only], action[forced] = 1.0, only
-        value[forced] = self._predicted_value(obs.map(lambda x: x[forced]))
+        value[forced] = _SearchModel(self, self.device).initial(obs.map(lambda x: x[forced]))[2]
         free = ~forced
         if free.any():
             result = self.search(obs.map(lambda x: x[free]), noise)
@@ -253,10 +253,6 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
             if result.action is not None:
                 action[free] = result.action
         return value, target, (action if self.config.gumbel else None)
-
-    @torch.inference_mode()
-    def _predicted_value(self, obs: NamedArray) -> np.ndarray:
-        return self.from_support(self.predict(self.represent(obs))[1]).cpu().numpy()
 
     def rollout(self, obs: NamedArray, state: NamedArray, deterministic: bool = False) -> NamedArray:
         value, target, action = self._searched(obs, noise=not deterministic)

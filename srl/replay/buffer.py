@@ -161,11 +161,15 @@ class ReplayBuffer:
         batch[keys.REPLAY_WEIGHT] = weight.reshape(lead)
         return batch
 
+    def _held(self, serial: np.ndarray) -> np.ndarray:
+        """Which segment serial numbers are still in the ring (not yet overwritten)."""
+        return (serial >= 0) & (serial >= self.inserted - self.segments) & (serial < self.inserted)
+
     def update_priorities(self, index: np.ndarray, priority: np.ndarray) -> int:
         """New priorities (e.g. |TD error|) for sampled units; returns how many still held were set."""
         index, priority = np.asarray(index, np.int64).ravel(), np.asarray(priority, np.float64).ravel()
         serial, t = np.divmod(index, self.units_per_segment)
-        held = (serial >= 0) & (serial >= self.inserted - self.segments) & (serial < self.inserted)
+        held = self._held(serial)
         if not held.any():
             return 0
         value = (np.abs(priority[held]) + PRIORITY_EPS) ** self.alpha
@@ -185,7 +189,7 @@ class ReplayBuffer:
             raise ValueError(f"replay: cannot refresh {unknown}: the buffer keeps only {list(self.also_store)} "
                              f"besides the play itself")
         serial = np.asarray(index, np.int64).ravel()
-        held = (serial >= 0) & (serial >= self.inserted - self.segments) & (serial < self.inserted)
+        held = self._held(serial)
         if self.store is None or not held.any():
             return 0
         slots = serial[held] % self.segments

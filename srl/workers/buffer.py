@@ -169,9 +169,7 @@ class BufferWorker(Worker):
             return False
         answers = out.take_replies()
         for fresh in answers:
-            index = fresh[keys.REPLAY_INDEX]
-            self.refreshed += self.buffer.refresh(index, NamedArray({k: fresh[k] for k in fresh
-                                                                     if k != keys.REPLAY_INDEX}))
+            self.refreshed += self.buffer.refresh(fresh.pop(keys.REPLAY_INDEX), fresh)
         n = self.replay.batch_size
         due = self.settings.reanalyse_fraction * self.updates_sent * n - self.reanalyse_sent
         if due < n or out.in_flight >= out.slots or self.buffer.tree.total <= 0:

@@ -228,6 +228,32 @@ def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_chec
     assert (run_dir / "checkpoints" / "best.pt").exists()
 
 
+def test_muzero_with_its_buffer_and_reanalyse_worker_on_the_second_node(cluster, tmp_path):
+    """cartpole-muzero: the searching actor and the trainer on the head node, the buffer and its
+    reanalyse worker on the second; the reanalyse worker reads the trainer's newest parameters
+    through that node's relay and its fresh targets reach the buffer beside it."""
+    from conftest import run_workers, train_until
+
+    def refreshed(run) -> bool:
+        workers = run_workers(run)
+        return "buffer.0" in workers and workers["buffer.0"]["stats"].get("refreshed", 0) > 0
+
+    run_dir = tmp_path / "run"
+    train_until(run_dir, refreshed, "stored targets refreshed by the reanalyse worker", "cartpole-muzero",
+                "launcher=ray", f"ray.address={cluster.address}", "actors.placement.resources={node1: 0.01}",
+                "trainers.placement.resources={node1: 0.01}", "replay.placement.resources={node2: 0.01}",
+                "algorithm.args.reanalyse_fraction=0.25", "policy.args.simulations=8",
+                "replay.learning_starts=1000", "stop.episode_return=null", "log.report_interval_s=1",
+                "log.tensorboard=false", cwd=tmp_path)
+    workers = run_workers(run_dir)
+    assert workers["reanalyse.0"]["host"] == workers["buffer.0"]["host"] == SECOND
+    assert workers["actor.0"]["host"] == workers["trainer.0"]["host"] == HEAD
+    assert workers["reanalyse.0"]["streams"] == {"segments": "shm", "parameters": "shm"}  # the relay's copy
+    assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]
+    assert workers["buffer.0"]["streams"]["samples"] == workers["buffer.0"]["streams"]["replay"] == "zmq"
+    assert workers["reanalyse.0"]["stats"]["reanalysed"] >= workers["buffer.0"]["stats"]["refreshed"] > 0
+
+
 def test_auto_measures_and_lays_out_the_node_the_groups_are_pinned_to(cluster, run_srl, tmp_path):
     """`actors.count=auto` on a cluster: the rates are measured by a Ray task on the second node (the
     driver runs on the head), on the CPUs Ray gives that node, and the chosen layout runs there."""

@@ -251,7 +251,8 @@ def test_muzero_with_its_buffer_and_reanalyse_worker_on_the_second_node(cluster,
     assert workers["reanalyse.0"]["streams"] == {"segments": "shm", "parameters": "shm"}  # the relay's copy
     assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]
     assert workers["buffer.0"]["streams"]["samples"] == workers["buffer.0"]["streams"]["replay"] == "zmq"
-    assert workers["reanalyse.0"]["stats"]["reanalysed"] >= workers["buffer.0"]["stats"]["refreshed"] > 0
+    # (each worker's stats are its own last report: counts on either side of the stream, not compared)
+    assert workers["reanalyse.0"]["stats"]["reanalysed"] > 0 and workers["buffer.0"]["stats"]["refreshed"] > 0
 
 
 def test_auto_measures_and_lays_out_the_node_the_groups_are_pinned_to(cluster, run_srl, tmp_path):

@@ -8,6 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from srl.workers.threads import compute_threads
+
+# Each test process computes on one thread. Two of them (xdist) share the cores with the runs
+# the tests start, and arithmetic split over threads waits at every op for whichever thread
+# that load has descheduled: under load, many times slower than on one thread.
+compute_threads(1)
+
 
 def srl_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "srl.cli", *args]

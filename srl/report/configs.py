@@ -39,8 +39,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                          "docs/population.md"),
     "duel-selfplay": ("rating of the newest version against its frozen pool 12.1 → 61.2 and 14.1 → 49.8 "
                       "(seeds 1, 2) in 180 s, 1.11M–1.23M env steps, 2 CPU cores", "docs/selfplay.md"),
-    "cartpole-muzero": (("mean return ≥ 475 after 125k env steps, 276 s (seed 1, alone on the cores); seeds 2 and 3: "
-                         "183k and 205k env steps, 2 CPU cores"), "docs/muzero.md"),
+    "cartpole-muzero": (("mean return ≥ 475 after 123k, 101k and 100k env steps (seeds 1-3; PPO: ~170k), in 222-397 s "
+                         "beside another run, 2 CPU cores"), "docs/muzero.md"),
     "tictactoe-muzero": (("after 300k moves (627 s alone, seed 2): no loss against perfect play as first player, in "
                           "98.5% and 91.0% of 200 games as second (seeds 1, 2); against random play 94.3% and 92.3% "
                           "won, 2 CPU cores"), "docs/muzero.md"),

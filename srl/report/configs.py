@@ -41,9 +41,9 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                       "(seeds 1, 2) in 180 s, 1.11M–1.23M env steps, 2 CPU cores", "docs/selfplay.md"),
     "cartpole-muzero": (("mean return ≥ 475 after 123k, 101k and 100k env steps (seeds 1-3; PPO: ~170k), in 222-397 s "
                          "beside another run, 2 CPU cores"), "docs/muzero.md"),
-    "tictactoe-muzero": (("after 300k moves (627 s alone, seed 2): no loss against perfect play as first player, in "
-                          "98.5% and 91.0% of 200 games as second (seeds 1, 2); against random play 94.3% and 92.3% "
-                          "won, 2 CPU cores"), "docs/muzero.md"),
+    "tictactoe-muzero": (("after 300k moves (681-818 s beside another run, seeds 1-3): not one game of 200 a side "
+                          "lost to perfect or random play; against random play 92.3-95.0% won, 2 CPU cores"),
+                         "docs/muzero.md"),
     "connect4-selfplay": (("rating against its frozen pool 13.8 → 114.5 in 900 s (2.76M env steps); then, 200 games "
                            "a side, wins against random play 95.0% first / 89.5% second, against a depth-2 search "
                            "player 32.0% / 18.0%, 2 CPU cores"), "docs/selfplay.md"),

@@ -212,6 +212,7 @@ def test_cartpole_muzero_trains_in_its_graph_of_actors_a_buffer_and_a_trainer(tm
     assert {"actor", "buffer", "trainer"} <= {row["group"] for row in status["workers"]}
 
 
+@pytest.mark.integration
 def test_reanalyse_workers_refresh_the_buffers_targets_of_two_player_games(tmp_path: Path):
     run_dir = tmp_path / "run"
     summary = train_inline(run_dir, "tictactoe-muzero", "stop.env_steps=4000", "replay.learning_starts=1000",

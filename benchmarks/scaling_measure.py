@@ -77,10 +77,22 @@ def experiment_costs(config_name: str, seconds: float, device: str = "cpu") -> d
         "actors": config.actors.count, "trainer_threads": config.trainers.placement.threads,
         "inference": config.actors.inference, "ring_size": config.actors.ring_size,
         "policy_workers": config.policy_workers.count,
+        "agents": _agents(config),  # the figures above are per row: one per agent an env step
     }
     print(f"{config.name} ({device}): E/core {1 / figures['env_s']:,.0f}  L/process {1 / figures['learner_s']:,.0f}  "
           "I by batch " + ", ".join(f"{b}: {1 / s:,.0f}" for b, s in figures["inference_s"].items()), flush=True)
     return figures
+
+
+def _agents(config: Any) -> int:
+    """Rows one env step sends the policy: the env's agents."""
+    from srl.api.components import make_env
+
+    env = make_env(config.env)
+    try:
+        return len(env.agent_ids)
+    finally:
+        env.close()
 
 
 def _row_bytes(obs: Any) -> float:

@@ -74,6 +74,21 @@ class Experiment:
     ring_size: int = 1
     policy_workers: int = 1
     device: str = "cpu"
+    #: Rows one env step sends the policy: its agents (1 for a single-agent env). As measured, the
+    #: forward pass, the learner, the bytes and `batch_steps` are per row (a trainer counts rows);
+    #: `per_env_step` turns them into the env steps every demand of the model is in.
+    agents: int = 1
+
+    def per_env_step(self) -> Experiment:
+        """The same costs per env step of `agents` rows; the forward pass keyed by env steps a batch."""
+        a = self.agents
+        if a == 1:
+            return self
+        keyed = {b // a: t * a for b, t in self.inference_s.items() if b >= a}
+        smallest = min(self.inference_s)
+        return replace(self, agents=1, learner_s=self.learner_s * a, sample_bytes=self.sample_bytes * a,
+                       obs_bytes=self.obs_bytes * a, batch_steps=max(1, self.batch_steps // a),
+                       inference_s=keyed or {1: self.inference_s[smallest] * a})
 
     def inference_at(self, batch: int) -> float:
         """Seconds per observation at `batch` rows: the measured size nearest below it (or the smallest)."""
@@ -83,8 +98,9 @@ class Experiment:
 
     @property
     def reached_batch(self) -> int:
-        """Rows per forward pass of a policy worker with remote inference: every slot but one per
-        actor waits while that one steps (an assumption; a policy worker reports what it reached)."""
+        """Env steps (rows, with one agent) per forward pass of a policy worker with remote
+        inference: every slot but one per actor waits while that one steps (an assumption; a
+        policy worker reports what it reached)."""
         waiting = self.actors * max(1, self.ring_size - 1) * self.envs_per_slot
         return max(1, waiting // max(1, self.policy_workers))
 
@@ -189,6 +205,7 @@ class Host:
         gpu = costs.gpu.get(exp.name) if on_gpu else None
         if on_gpu and gpu is None:
             raise ValueError(f"no GPU costs for {exp.name}: measure them with --device cuda")
+        exp, gpu = exp.per_env_step(), gpu and gpu.per_env_step()
         link = "zmq" if self.nodes > 1 else "shm"
         send = costs.samples[link].cost(exp.sample_bytes * exp.steps_per_trajectory) / exp.steps_per_trajectory
         learn = (gpu or exp).learner_s if self.learning else 0.0
@@ -243,6 +260,7 @@ class Cluster:
     #: Remote inference: policy workers (processes on GPUs, or CPU cores) and their hosts.
     policy_workers: int = 0
     policy_hosts: int = 1
+    #: Env steps a policy worker's forward pass serves (times `agents` rows).
     policy_batch: int = 1024
     #: "paced" (today) and "flat" (before pacing): every worker heartbeats the controller (see
     #: `controller_cores`); "per_host": each host's workers heartbeat an agent there (costing it what
@@ -264,7 +282,8 @@ class Cluster:
                 f"supervision {self.supervision}")
 
     def resources(self, costs: Costs, exp: Experiment) -> list[Resource]:
-        gpu = costs.gpu.get(exp.name)
+        exp, gpu = exp.per_env_step(), costs.gpu.get(exp.name)
+        gpu = gpu and gpu.per_env_step()
         learner = gpu or exp
         nic = self.nic_gbps * 1e9 / 8
         zmq, shm = costs.samples["zmq"], costs.samples["shm"]
@@ -291,8 +310,10 @@ class Cluster:
             controller = controller_cores(costs, reporters)
             agents = hosts * controller_cores(costs, self.cores_per_host)
         # Data-parallel learners: every gradient step all-reduces the parameters (ring: 2 P bytes
-        # in and out of each host that holds trainers, when they span hosts).
-        allreduce = (2 * exp.param_bytes * exp.updates_per_batch / exp.batch_steps / nic) if self.trainer_hosts > 1 else 0.0
+        # in and out of each host that holds trainers, when they span hosts), a step in lockstep
+        # for the whole tier: one per `trainer_workers` x `batch_steps` / `updates_per_batch` env steps.
+        allreduce = (self.trainer_hosts * 2 * exp.param_bytes * exp.updates_per_batch * versions_per_step / nic
+                     if self.trainer_hosts > 1 else 0.0)
         resources = [
             Resource("actor cores", self.cores, exp.env_s + act + send + reads + relay, agents,
                      f"{self.cores:,} cores: env, " + ("inline inference" if exp.inference == "inline" else "requests")
@@ -300,7 +321,7 @@ class Cluster:
             Resource("trainer tier", self.trainer_workers * self.dp_efficiency,
                      learner.learner_s + zmq.cost(message) / exp.steps_per_trajectory
                      + zmq.byte_s * exp.param_bytes * versions_per_step,
-                     note=f"{self.trainer_workers} learner {'GPU' if gpu else 'process'}es: "
+                     note=f"{self.trainer_workers} learner {'GPUs' if gpu else 'processes'}: "
                           "learning, sample intake, publishing"),
             Resource("trainer NIC in", self.trainer_hosts, exp.sample_bytes / nic + allreduce,
                      note=f"samples into {self.trainer_hosts} trainer host(s)"),
@@ -345,6 +366,14 @@ def costs_from_json(data: dict[str, Any], gpu: dict[str, Any] | None = None) -> 
                  gpu=experiments(gpu) if gpu else {})
 
 
+def assumed_gpu(costs: Costs, factor: float) -> Costs:
+    """GPU figures assumed, not measured: one GPU learns and runs the forward pass `factor` times as
+    fast as one CPU thread (for a projection before a GPU run; `measure --device cuda` replaces it)."""
+    return replace(costs, gpu={name: replace(e, device=f"cpu/{factor:g}", learner_s=e.learner_s / factor,
+                                              inference_s={b: t / factor for b, t in e.inference_s.items()})
+                               for name, e in costs.experiments.items()})
+
+
 def load_costs(path: str, gpu_path: str | None = None) -> Costs:
     gpu = json.loads(Path(gpu_path).read_text()) if gpu_path else None
     return costs_from_json(json.loads(Path(path).read_text()), gpu)
@@ -376,6 +405,8 @@ def print_prediction(title: str, prediction: Prediction, top: int = 3) -> None:
 
 def _predict_command(args: argparse.Namespace) -> None:
     costs = load_costs(args.costs, args.gpu_costs)
+    if args.gpu_factor and not args.gpu_costs:
+        costs = assumed_gpu(costs, args.gpu_factor)
     assumptions = json.loads(args.assumptions) if args.assumptions else {}
     rows = []
     for config in args.configs or list(costs.experiments):
@@ -389,6 +420,11 @@ def _predict_command(args: argparse.Namespace) -> None:
                 print_prediction(f"{cores:>6,} cores, supervision {supervision:<8}", p, args.top)
                 row[supervision] = {"throughput": p.throughput, "bottleneck": p.bottleneck, "limits": p.limits,
                                     "loads": p.loads}
+                if supervision == "paced" and args.reach:
+                    row["hours_to"] = _hours_to(args.reach, p.throughput)
+                    print("      hours to " + ", ".join(
+                        f"{name} ({_short(float(steps))} env steps) {row['hours_to'][name]:,.1f}"
+                        for name, steps in (r.split("=") for r in args.reach)))
             rows.append(row)
     if args.markdown:
         print("\n| config | cores | today (paced supervision): env steps/s (first bottleneck) "
@@ -398,13 +434,19 @@ def _predict_command(args: argparse.Namespace) -> None:
         for row in rows:
             today = row["paced"]
             after = " < ".join(f"{name} {_short(limit)}" for name, limit in list(today["limits"].items())[1:4])
-            learner = (costs.gpu.get(row["config"]) or costs.experiments[row["config"]]).learner_s
+            learner = (costs.gpu.get(row["config"]) or costs.experiments[row["config"]]).per_env_step().learner_s
             # The controller's load is its cores (capacity 1, nothing per step), swamped or not.
             controller = " / ".join(f"{row[s]['loads']['controller core']:,.2f}" for s in SUPERVISIONS)
             print(f"| {row['config']} | {row['cores']:,} | {_short(today['throughput'])} ({today['bottleneck']}) "
                   f"| {after} | {controller} | {today['limits']['actor cores'] * learner:,.0f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+
+
+def _hours_to(reach: list[str], throughput: float) -> dict[str, float]:
+    """Hours at `throughput` env steps/s to each NAME=ENV_STEPS of `reach`."""
+    return {name: float(steps) / throughput / 3600 if throughput > 0 else math.inf
+            for name, steps in (r.split("=") for r in reach)}
 
 
 #: The supervision columns of the prediction table: today, the option beyond it, and before pacing.
@@ -480,10 +522,14 @@ def main(argv: list[str] | None = None) -> None:
     predict_cmd = sub.add_parser("predict", help="the prediction table at 1k / 10k / 15k cores")
     predict_cmd.add_argument("costs")
     predict_cmd.add_argument("--gpu-costs", help="costs measured with --device cuda: GPU learners and policy workers")
+    predict_cmd.add_argument("--gpu-factor", type=float,
+                             help="no GPU costs measured: assume a GPU learns and infers this many times one thread")
     predict_cmd.add_argument("--configs", nargs="+", help="default: every config the costs hold")
     predict_cmd.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     predict_cmd.add_argument("--assumptions", help='JSON of Cluster fields, e.g. \'{"nic_gbps": 100}\'')
     predict_cmd.add_argument("--top", type=int, default=3, help="limits shown per row")
+    predict_cmd.add_argument("--reach", nargs="+", metavar="NAME=ENV_STEPS", default=[],
+                             help="also the hours to reach these env-step counts at the predicted throughput")
     predict_cmd.add_argument("--markdown", action="store_true", help="also one markdown table (docs/scaling.md)")
     predict_cmd.add_argument("--json")
     inputs = sub.add_parser("inputs", help="the measured costs as markdown tables")

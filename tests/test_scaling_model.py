@@ -133,6 +133,35 @@ def test_remote_inference_adds_policy_workers_and_the_nearest_measured_batch_bel
         model.Host(cores=2, device="cuda").resources(costs, exp)
 
 
+def test_a_multi_agent_step_costs_each_agents_row_and_a_batch_of_rows_is_fewer_env_steps():
+    one, four = _costs(inference="remote"), _costs(inference="remote", agents=4)
+    exp = four.experiments["toy"].per_env_step()
+    assert (exp.learner_s, exp.sample_bytes, exp.obs_bytes, exp.batch_steps) == (20e-6, 200.0, 64.0, 512)
+    assert exp.inference_s == {2: 16e-6, 16: 8e-6}  # keyed by env steps a batch (8 and 64 rows)
+    assert exp.per_env_step() == exp and exp.env_s == 10e-6  # the env's step is already one env step
+    cluster = model.Cluster(cores=100, trainer_workers=2, dp_efficiency=1.0, policy_workers=1, policy_batch=16)
+    tier = {name: model.predict(cluster.resources(c, c.experiments["toy"])).limits for name, c in (("1", one), ("4", four))}
+    assert tier["4"]["trainer tier"] == pytest.approx(tier["1"]["trainer tier"] / 4)
+    assert tier["4"]["policy workers"] == pytest.approx(1 / 8e-6)  # 64 rows a pass, 4 rows an env step
+
+
+def test_an_assumed_gpu_factor_divides_the_learner_and_forward_pass_alone():
+    costs = model.assumed_gpu(_costs(), 50)
+    gpu, cpu = costs.gpu["toy"], costs.experiments["toy"]
+    assert gpu.learner_s == pytest.approx(cpu.learner_s / 50) and gpu.inference_s[8] == pytest.approx(cpu.inference_s[8] / 50)
+    assert gpu.env_s == cpu.env_s
+
+
+def test_the_all_reduce_crosses_each_trainer_host_once_per_gradient_step_of_the_whole_tier():
+    costs = _costs(param_bytes=1e6)
+    exp = costs.experiments["toy"]
+    nic = 25e9 / 8
+    for workers, hosts in ((8, 2), (64, 8)):
+        limit = model.predict(model.Cluster(cores=64, trainer_workers=workers, trainer_hosts=hosts).resources(costs, exp))
+        per_step = exp.sample_bytes / nic + hosts * 2 * 1e6 * exp.updates_per_batch / (exp.batch_steps * workers) / nic
+        assert limit.limits["trainer NIC in"] == pytest.approx(hosts / per_step)
+
+
 def test_costs_round_trip_through_json():
     data = {"experiments": {"toy": {"name": "toy", "env_s": 1e-5, "inference_s": {"8": 1e-6}, "learner_s": 1e-5,
                                     "sample_bytes": 1.0, "obs_bytes": 1.0, "param_bytes": 1.0, "envs_per_slot": 8,

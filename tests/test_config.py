@@ -265,6 +265,16 @@ def test_worker_counts_that_cannot_be_placed_are_one_line_errors():
     assert "policy_workers.count" in str(error.value) and "\n" not in str(error.value)
 
 
+def test_elastic_actors_need_the_ray_launcher_and_a_count_within_their_bounds():
+    with pytest.raises(cfg.ConfigError, match="ray.elastic: .*set launcher: ray"):
+        load("ray.elastic={min_actors: 1, max_actors: 4}")
+    with pytest.raises(cfg.ConfigError, match=r"actors.count: 6 is outside ray.elastic's \[1, 4\]"):
+        load("launcher=ray", "ray.elastic={min_actors: 1, max_actors: 4}", "actors.count=6")
+    with pytest.raises(cfg.ConfigError, match=r"min_actors \(5\) is above max_actors \(4\)"):
+        load("launcher=ray", "ray.elastic={min_actors: 5, max_actors: 4}")
+    assert load("launcher=ray", "ray.elastic={min_actors: 1, max_actors: 4}").ray.elastic.max_actors == 4
+
+
 def test_a_missing_gpu_is_an_error_before_launch():
     import torch
 

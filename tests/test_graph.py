@@ -40,10 +40,10 @@ def _config(**sections):
     return validate(data)
 
 
-def _specs(config, host_of=lambda name: "h", transport="auto"):
-    resolved = resolve(config)
+def _specs(config, host_of=lambda name: "h", transport="auto", relays=True, resolved=None):
+    resolved = resolved or resolve(config)
     return {s.name: s for s in wire(resolved, transport, host_of, seed=1, run_dir="/tmp/x",
-                                     control=StreamEnd("control", "shm"))}
+                                     control=StreamEnd("control", "shm"), relays=relays)}
 
 
 # ---------------------------------------------------------------------------- resolving
@@ -152,6 +152,25 @@ def test_parameters_cross_to_another_host_once_into_a_relay_there():
     assert relays["relay.1"].streams["sink"].key == "parameters/node1"
     # samples from another host go over TCP
     assert specs["actor.3"].streams["samples"].transport == "zmq"
+
+
+def test_workers_that_may_move_host_get_tcp_ends_and_subscribe_to_parameters_themselves():
+    """An elastic run: every worker a host of its own, no relays."""
+    specs = _specs(_config(actors={"count": 3, "inference": "inline"}), host_of=lambda name: name, relays=False)
+    assert not [name for name in specs if name.startswith("relay")]
+    assert [c.key for c in specs["trainer.0"].streams["parameters"].copies] == ["parameters/net"]
+    assert {(specs[f"actor.{i}"].streams["parameters"].key, specs[f"actor.{i}"].streams["parameters"].transport)
+            for i in range(3)} == {("parameters/net", "zmq")}
+    assert {specs[f"actor.{i}"].streams["samples"].transport for i in range(3)} == {"zmq"}
+
+
+def test_a_group_grown_mid_run_wires_its_new_workers_as_its_first_ones():
+    resolved = resolve(_config(actors={"count": 2, "inference": "remote"}, policy_workers={"count": 2}))
+    grown = resolved.with_count("actor", 3)
+    assert (resolved.graph.groups["actor"].count, grown.graph.groups["actor"].count) == (2, 3)
+    specs = _specs(None, resolved=grown)
+    assert specs["actor.2"].streams["inference"].key == "inference/0"  # producer i joins consumer i mod n
+    assert specs["actor.2"].group_size == 3 and specs["actor.2"].index == 2
 
 
 def test_a_forced_transport_is_used_for_every_stream():

@@ -307,9 +307,31 @@ class SelfPlayConfig(Section):
     deterministic: bool = False
 
 
+class ElasticConfig(Section):
+    """Actors that follow the cluster's nodes (docs/cluster.md, "Nodes that die or join").
+
+    When a node dies, its workers are placed again on the nodes left, where they fit: actors
+    that fit nowhere are dropped (never below `min_actors`: the run stops instead), and a worker
+    of another group that fits nowhere stops the run with the reason. When a node joins, actors
+    are added on it, up to `max_actors`. Every stream of an elastic run goes over TCP, so that any
+    worker can move to any node."""
+
+    min_actors: PositiveInt = 1
+    max_actors: PositiveInt = 64
+
+    @pydantic.model_validator(mode="after")
+    def _ordered(self) -> ElasticConfig:
+        if self.min_actors > self.max_actors:
+            raise ValueError(f"min_actors ({self.min_actors}) is above max_actors ({self.max_actors})")
+        return self
+
+
 class RayConfig(Section):
     #: `HOST:PORT` of a running cluster's head (None: start a private one on this machine).
     address: str | None = None
+    #: Actors that follow nodes dying and joining mid-run (None: a run's workers stay where they
+    #: were placed, and a worker whose node dies is placed again on that node's resources).
+    elastic: ElasticConfig | None = None
 
 
 class SupervisionConfig(Section):
@@ -589,6 +611,14 @@ class ExperimentConfig(Section):
         if self.trainers.count > self.actors.count:
             raise ValueError(f"trainers.count: {self.trainers.count} trainers cannot be placed with "
                              f"{self.actors.count} actors (each consumes at least one actor's samples)")
+        if self.ray.elastic is not None:
+            elastic = self.ray.elastic
+            if self.launcher != "ray":
+                raise ValueError(f"ray.elastic: actors follow a Ray cluster's nodes; launcher is {self.launcher!r}, "
+                                 "set launcher: ray")
+            if isinstance(self.actors.count, int) and not elastic.min_actors <= self.actors.count <= elastic.max_actors:
+                raise ValueError(f"actors.count: {self.actors.count} is outside ray.elastic's "
+                                 f"[{elastic.min_actors}, {elastic.max_actors}]")
         if self.launcher == "inline":
             counts = [("trainers.count", self.trainers.count)] if not self.policies else [
                 (f"policies.{name}.trainers.count", spec.trainers.count) for name, spec in self.policies.items()]

@@ -21,6 +21,7 @@ each stream uses is decided later, from where the launcher put its ends.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -144,6 +145,11 @@ class ResolvedGraph:
     graph: Graph
     kinds: dict[str, Any]
     streams: dict[str, dict[str, Any]]
+
+    def with_count(self, group: str, count: int) -> ResolvedGraph:
+        """The same graph with `count` workers in `group` (a cluster's nodes joined)."""
+        groups = {**self.graph.groups, group: self.graph.groups[group].model_copy(update={"count": count})}
+        return dataclasses.replace(self, graph=self.graph.model_copy(update={"groups": groups}))
 
     def describe(self) -> dict[str, Any]:
         """The graph as plain data, for the run directory and `srl status`."""

@@ -38,14 +38,14 @@ from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
 from srl.launch.local import LocalLauncher
 from srl.launch.metrics import RunMetrics, StopRule, StopRules, policy_version
+from srl.launch.modes import active_modes
 from srl.launch.run_dir import RunDir, RunLock, claim_private_dir, claimed_by_another, read_status
 from srl.launch.status import Progress, status_document
 from srl.launch.supervision import Supervisor, WorkerState
-from srl.launch.modes import active_modes
+from srl.learn import checkpoint
 from srl.streams import shm
 from srl.streams.context import ContextSpec
 from srl.streams.link import LinkServer, StreamContext, allow_many_connections
-from srl.learn import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def make_launcher(config: ExperimentConfig, run_id: str) -> Launcher:
     if config.launcher == "ray":
         from srl.launch.ray_launcher import RayLauncher
 
-        return RayLauncher(config.ray.address, run_id)
+        return RayLauncher(config.ray.address, run_id, config.ray.elastic)
     if config.launcher == "inline":
         from srl.launch.inline import InlineLauncher
 
@@ -158,20 +158,34 @@ class Controller:
         common = {"seed": self.config.seed, "run_dir": str(self.run_dir.path), "control": control,
                   "resume": self.resume}
         transport = self.launcher.stream_transport or self.config.streams.transport
-        provisional = wire(self.graph, transport, lambda name: "", **common)
+        self._wiring = {"forced_transport": transport, "relays": self.launcher.relays, **common}
+        provisional = wire(self.graph, host_of=lambda name: "", **self._wiring)
         self.launcher.place(provisional)
-        specs = wire(self.graph, transport, self.launcher.host_of, **common)
+        specs = wire(self.graph, host_of=self.launcher.wiring_host, **self._wiring)
         placed = {spec.name for spec in provisional}
         self.launcher.place([spec for spec in specs if spec.name not in placed])
+        self.supervisor.pace(len(specs))
+        self._start(specs)
+
+    def _start(self, specs: list) -> None:
         here = self.launcher.host_of(CONTROL_KEY)
-        heartbeat_s = self.supervisor.pace(len(specs))
         for spec in specs:
-            spec.heartbeat_s = heartbeat_s
+            spec.heartbeat_s = self.supervisor.heartbeat_s
             if self.launcher.host_of(spec.name) == here:
                 spec.controller_pid = os.getpid()
             kind = self.graph.kinds.get(spec.kind) or WORKERS.resolve(spec.kind)
             self.supervisor.start(WorkerState(spec, kind.supervision, tuple(kind.counters),
                                               progress_stat=kind.progress))
+
+    def _grow(self, group: str, added: int) -> None:
+        """Add `added` workers to `group` (nodes joined): wired as the group's first ones were."""
+        first = 1 + max(w.spec.index for w in self.workers.values() if w.spec.group == group)
+        self.graph = self.graph.with_count(group, first + added)
+        new = [spec for spec in wire(self.graph, host_of=self.launcher.wiring_host, **self._wiring)
+               if spec.group == group and spec.index >= first]
+        self.launcher.place(new)
+        self._start(new)
+        print(f"srl: {added} workers added to group {group} ({', '.join(s.name for s in new)})", file=sys.stderr)
 
     def _clean_after_previous_run(self) -> None:
         """A run killed outright (SIGKILL) could not sweep its shared memory: do it now."""
@@ -198,6 +212,8 @@ class Controller:
             log.info("removed %d shared-memory segments of the previous run", len(removed))
 
     def _retire(self, worker: WorkerState) -> None:
+        # A worker is replaced once it died: what it had stepped and not delivered died with it.
+        self.metrics.lost_env_steps += int(worker.stats.get("undelivered_steps", 0))
         self.metrics.retire(worker)
         for mode in self.modes:
             mode.retire(worker)
@@ -245,6 +261,8 @@ class Controller:
                 self._stop(reason)
             if not self.stop_reason and (reason := self._stop_rule(now - self.started)):
                 self._stop(reason)
+            for group, added in ({} if self.stop_reason else self.launcher.growth()).items():
+                self._grow(group, added)
             version = policy_version(self.workers.values())
             new_versions = (log_config.report_every_versions is not None
                             and version - reported_version >= log_config.report_every_versions
@@ -340,6 +358,8 @@ class Controller:
                                    self.graph.describe(), list(self.workers.values()), now)
         for mode in self.modes:
             document.update(mode.status(list(self.workers.values())))
+        if events := self.launcher.node_events():
+            document["nodes"] = events
         self._write("status.json", lambda: self.run_dir.write_status(document))
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
@@ -401,6 +421,8 @@ class Controller:
                         "stop_reason": self.stop_reason, "episodes": len(self.metrics.returns),
                         **({"env": self.metrics.env_stats()} if self.metrics.episode_stats else {}),
                         **self.metrics.policy_return_means(), **self.metrics.reported}
+        if self.metrics.lost_env_steps or self.launcher.node_events():
+            self.summary["lost_env_steps"] = self.metrics.lost_env_steps
         for mode in self.modes:
             self.summary.update(mode.summary(workers))
         for mode in self.modes:

@@ -8,7 +8,8 @@ stream is wired by its kind (`srl.api.graph.STREAM_KINDS`):
   connects to consumer i mod n. The transport of each shard follows the hosts of its ends.
 * broadcast (parameters): the producing group holds `<stream>`; readers on its host read
   that shared memory. Each other host with readers gets ONE copy over TCP into a relay
-  worker there, which re-publishes it into the host's shared memory.
+  worker there, which re-publishes it into the host's shared memory. Without relays (workers
+  that may move between hosts), each reader elsewhere subscribes to the TCP copy itself.
 """
 
 from __future__ import annotations
@@ -35,18 +36,19 @@ def worker_names(resolved: ResolvedGraph) -> dict[str, list[str]]:
 
 
 def wire(resolved: ResolvedGraph, forced_transport: str, host_of: Callable[[str], str], *, seed: int,
-         run_dir: str, control: StreamEnd, resume: bool = False) -> list[WorkerSpec]:
-    """Every worker's spec; `host_of(worker_name)` is the launcher's placement."""
+         run_dir: str, control: StreamEnd, resume: bool = False, relays: bool = True) -> list[WorkerSpec]:
+    """Every worker's spec; `host_of(worker_name)` is the launcher's placement; `relays`: whether
+    parameters reach other hosts through a relay there."""
     members = worker_names(resolved)
     ends: dict[str, dict[str, StreamEnd]] = {name: {} for names in members.values() for name in names}
-    relays: list[tuple[str, StreamEnd, StreamEnd]] = []  # (reader it sits beside, source, sink)
+    relay_ends: list[tuple[str, StreamEnd, StreamEnd]] = []  # (reader it sits beside, source, sink)
     for stream, spec in resolved.streams.items():
         producers = [(name, port) for group, port in spec["produce"] for name in members[group]]
         consumers = [(name, port) for group, port in spec["consume"] for name in members[group]]
         if STREAM_KINDS[spec["kind"]] == "sharded":
             _shard(stream, producers, consumers, ends, forced_transport, host_of)
         else:
-            relays += _broadcast(stream, producers, consumers, ends, forced_transport, host_of)
+            relay_ends += _broadcast(stream, producers, consumers, ends, forced_transport, host_of, relays)
 
     specs = []
     for group, names in members.items():
@@ -57,8 +59,8 @@ def wire(resolved: ResolvedGraph, forced_transport: str, host_of: Callable[[str]
             specs.append(WorkerSpec(name, g.kind, group, i, len(names), seed, settings=g.settings, streams=ends[name],
                                     control=control, run_dir=where, placement=g.placement.model_dump(),
                                     resume=resume))
-    for k, (near, source, sink) in enumerate(relays):
-        specs.append(WorkerSpec(f"{RELAY_GROUP}.{k}", "relay", RELAY_GROUP, k, len(relays), seed, settings={},
+    for k, (near, source, sink) in enumerate(relay_ends):
+        specs.append(WorkerSpec(f"{RELAY_GROUP}.{k}", "relay", RELAY_GROUP, k, len(relay_ends), seed, settings={},
                                 streams={"source": source, "sink": sink}, control=control, run_dir=run_dir,
                                 placement={"near": near, "num_cpus": 0.1}))
     return specs
@@ -75,7 +77,7 @@ def _shard(stream: str, producers: list[tuple[str, str]], consumers: list[tuple[
 
 
 def _broadcast(stream: str, producers: list[tuple[str, str]], readers: list[tuple[str, str]],
-               ends: dict[str, dict[str, StreamEnd]], forced: str, host_of: Callable[[str], str]
+               ends: dict[str, dict[str, StreamEnd]], forced: str, host_of: Callable[[str], str], relays: bool = True
                ) -> list[tuple[str, StreamEnd, StreamEnd]]:
     """Wire one parameter stream; returns the relays it needs (one per other host with readers)."""
     if forced != "auto":
@@ -87,14 +89,17 @@ def _broadcast(stream: str, producers: list[tuple[str, str]], readers: list[tupl
     published = StreamEnd(stream, "shm")
     net = StreamEnd(f"{stream}/net", "zmq")
     node_ends: dict[str, tuple[str, StreamEnd]] = {}  # host -> (a reader there, its shared-memory end)
+    direct = False  # a reader elsewhere subscribes to the TCP copy itself
     for name, port in readers:
         host = host_of(name)
         if host == home:
             ends[name][port] = published
+        elif not relays:
+            ends[name][port], direct = net, True
         else:
             near, end = node_ends.setdefault(host, (name, StreamEnd(f"{stream}/node{len(node_ends)}", "shm")))
             ends[name][port] = end
-    if node_ends:
+    if node_ends or direct:
         published.copies.append(net)
     for name, port in producers:
         ends[name][port] = published

@@ -10,13 +10,26 @@ stepped in turn) implement it. The loop it lives in::
     while running: launcher.exitcode(name)     # None while it runs
     launcher.signal(name, SIGKILL); launcher.join(name, 5.0)
     launcher.stop_all(grace_s=1.0); launcher.close()
+
+A cluster launcher may also follow its nodes (`ray.elastic`): a worker whose node died is
+started again where it fits (`NoRoom` where it fits nowhere), and `growth()` asks for workers
+on nodes that joined.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+
 from srl.api.worker import Transport, WorkerSpec
 from srl.streams.context import ContextSpec
+
+
+class NoRoom(Exception):
+    """A worker to (re)start fits on no alive node. `droppable`: the run may go on without it."""
+
+    def __init__(self, why: str, droppable: bool) -> None:
+        super().__init__(why)
+        self.droppable = droppable
 
 
 class Launcher(ABC):
@@ -28,6 +41,20 @@ class Launcher(ABC):
     stream_transport: Transport | None = None
     #: Whether one worker can hang while the others go on (the controller's watchdogs look for it).
     hangs_possible: bool = True
+    #: Whether parameters reach other hosts through a relay there (not where workers may move).
+    relays: bool = True
+
+    def wiring_host(self, worker: str) -> str:
+        """The host a worker's streams are wired for (where workers may move: a host of its own)."""
+        return self.host_of(worker)
+
+    def growth(self) -> dict[str, int]:
+        """Workers to add to each group now (a cluster's nodes joined); each call says it once."""
+        return {}
+
+    def node_events(self) -> list[dict]:
+        """Nodes that joined or left mid-run, in order (for status)."""
+        return []
 
     def idle(self) -> None:
         """Called by the controller at every turn of its loop (the inline launcher steps its workers)."""

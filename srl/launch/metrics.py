@@ -37,6 +37,9 @@ class RunMetrics:
         #: Workers' own metrics (a `metrics` dict in their stats) for the next line, and the latest of each.
         self.reported_since: dict[str, Any] = {}
         self.reported: dict[str, Any] = {}
+        #: Env steps that workers which died (alone or with their node) had stepped and not
+        #: delivered to a trainer, as of their last heartbeats: what a fault cost.
+        self.lost_env_steps = 0
         #: With several policies: each one's window of episode returns (averaged over its agents).
         self.policy_returns: dict[str, collections.deque[float]] = {}
 
@@ -102,6 +105,8 @@ class RunMetrics:
                 "episode_returns": returns, **self.policy_return_means()}
         if self.episode_stats:
             line["env"] = self.env_stats()
+        if self.lost_env_steps:
+            line["lost_env_steps"] = self.lost_env_steps
         return {**line, **{key: value for key, value in own.items() if key not in line}}
 
 

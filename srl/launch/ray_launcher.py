@@ -9,6 +9,11 @@ resources (`actors.resources: {node2: 0.01}`).
 Placement happens before wiring: every worker's actor is created first, reports the node
 it landed on, and only then does the graph choose each stream's transport.
 
+With `ray.elastic`, the launcher follows the cluster's nodes: it places each worker on a
+node it chooses (spreading the actors), wires every stream over TCP (`wiring_host`: each worker
+a host of its own, no relays), places a worker whose node died on a node left that has room,
+and asks for actors on a node that joins (`growth`).
+
 Clusters of Ray 2.60 and later may require a token from every process that joins them
 (`RAY_AUTH_MODE=token`); `connect` checks that before joining, so a driver without the
 cluster's token gets one line saying what to set instead of Ray's retries and a traceback.
@@ -24,6 +29,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -31,13 +37,17 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from srl.api.config import ConfigError
+from srl.api.config import ConfigError, ElasticConfig
 from srl.api.worker import CONTROL_KEY, WorkerSpec
-from srl.launch.launcher import Launcher
+from srl.launch.launcher import Launcher, NoRoom
 from srl.streams import shm
 from srl.streams.context import ContextSpec
 
 AUTH_DOCS = "docs/cluster.md, \"Token authentication\""
+#: The group `ray.elastic` grows and shrinks with the nodes.
+ELASTIC_GROUP = "actor"
+#: Seconds between two looks at the cluster's nodes (an elastic run's).
+NODE_POLL_S = 1.0
 
 
 def connect(address: str | None, namespace: str | None = None) -> None:
@@ -179,12 +189,18 @@ def _public(resources: dict[str, float]) -> str:
     return ", ".join(f"{r} {v:g}" for r, v in sorted(shown.items())) or "nothing"
 
 
+def _fits(ask: dict[str, float], free: dict[str, float]) -> bool:
+    return all(free.get(r, 0.0) >= amount - 1e-9 for r, amount in ask.items())
+
+
 class RayLauncher(Launcher):
     name = "ray"
     control_transport = "zmq"
 
-    def __init__(self, address: str | None, run_id: str) -> None:
+    def __init__(self, address: str | None, run_id: str, elastic: ElasticConfig | None = None) -> None:
         self.run_id = run_id
+        self.elastic = elastic
+        self.relays = elastic is None
         self.namespace = f"srl-{run_id}"
         connect(address, self.namespace)
         self.driver_host = ray.util.get_node_ip_address()
@@ -194,6 +210,87 @@ class RayLauncher(Launcher):
         self.pids: dict[str, int] = {}
         self.nodes: dict[str, str] = {}
         self.options: dict[str, dict[str, Any]] = {}
+        self.groups: dict[str, str] = {}
+        #: Alive nodes (id -> IP) as last seen, nodes that joined or left since the start, and
+        #: actors asked for on joined nodes and not yet handed to the controller.
+        self.alive: dict[str, str] = self._alive_nodes() if elastic else {}
+        self.events: list[dict[str, Any]] = []
+        self.pending_growth = 0
+        self.began = time.monotonic()
+        self.next_poll = 0.0
+
+    # ------------------------------------------------------------------ following the nodes
+    @staticmethod
+    def _alive_nodes() -> dict[str, str]:
+        return {n["NodeID"]: n.get("NodeManagerAddress", n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
+
+    def wiring_host(self, worker: str) -> str:
+        return worker if self.elastic else self.host_of(worker)
+
+    def _live(self, group: str | None = None) -> list[str]:
+        """Workers started and not ended (of `group`)."""
+        return [name for name in self.refs if (group is None or self.groups.get(name) == group)
+                and self.exitcode(name) is None]
+
+    def _free(self) -> dict[str, dict[str, float]]:
+        """Each alive node's free resources: what Ray says is free, and never more than its total
+        less what this run's live workers ask (Ray's own count lags behind a placement)."""
+        from ray._private.state import available_resources_per_node, total_resources_per_node
+
+        available, total = available_resources_per_node(), total_resources_per_node()
+        used: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for name in self._live():
+            for r, amount in _asks(self.options[name]).items():
+                used[self.nodes.get(name, "")][r] += amount
+        return {node: {r: min(available.get(node, {}).get(r, 0.0), amount - used[node][r])
+                       for r, amount in total[node].items()} for node in total if node in self.alive}
+
+    def _choose_node(self, name: str, free: dict[str, dict[str, float]]) -> str | None:
+        """The alive node with room for `name` and the fewest workers of its group (then the most
+        free CPU); its room is taken from `free`. None: no node has room."""
+        ask, group = _asks(self.options[name]), self.groups[name]
+        fitting = [node for node, room in free.items() if _fits(ask, room)]
+        if not fitting:
+            return None
+        peers = [self.nodes.get(n) for n in self._live(group)]
+        node = min(fitting, key=lambda n: (peers.count(n), -free[n].get("CPU", 0.0), self.alive[n]))
+        for r, amount in ask.items():
+            free[node][r] = free[node].get(r, 0.0) - amount
+        return node
+
+    def _poll_nodes(self) -> None:
+        """Note nodes that left or joined; ask for actors on each joined node, up to `max_actors`."""
+        alive = self._alive_nodes()
+        at = round(time.monotonic() - self.began, 1)
+        for node in self.alive.keys() - alive.keys():
+            self.events.append({"event": "left", "node": self.alive[node], "at_s": at})
+        joined = alive.keys() - self.alive.keys()
+        self.alive = alive
+        actors = [n for n in self.options if self.groups.get(n) == ELASTIC_GROUP]
+        for node in sorted(joined, key=alive.get):
+            room = 0
+            if actors:
+                free = self._free().get(node, {})
+                ask = _asks(self.options[actors[0]])
+                while _fits(ask, free) and room < 1000:
+                    room += 1
+                    free = {r: v - ask.get(r, 0.0) for r, v in free.items()}
+            wanted = self.elastic.max_actors - len(self._live(ELASTIC_GROUP)) - self.pending_growth
+            added = max(0, min(room, wanted))
+            self.pending_growth += added
+            self.events.append({"event": "joined", "node": alive[node], "at_s": at, "actors_added": added})
+
+    def idle(self) -> None:
+        if self.elastic and time.monotonic() >= self.next_poll:
+            self.next_poll = time.monotonic() + NODE_POLL_S
+            self._poll_nodes()
+
+    def growth(self) -> dict[str, int]:
+        grown, self.pending_growth = self.pending_growth, 0
+        return {ELASTIC_GROUP: grown} if grown else {}
+
+    def node_events(self) -> list[dict[str, Any]]:
+        return list(self.events)
 
     def worker_context(self, context: ContextSpec) -> ContextSpec:
         return dataclasses.replace(context, names=f"ray:{self.namespace}", ipc_dir="node", host="node")
@@ -207,6 +304,12 @@ class RayLauncher(Launcher):
             if placement.get("near"):  # on the same node as another worker (a relay beside its readers)
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.nodes[placement["near"]], soft=False)
             self.options[spec.name] = options
+            self.groups[spec.name] = spec.group
+        if self.elastic:  # every worker on a node of our choosing (where Ray has no room yet, Ray's choice)
+            free = self._free()
+            for spec in specs:
+                if not (spec.placement or {}).get("near") and (node := self._choose_node(spec.name, free)):
+                    self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         why = unplaceable({s.name: _asks(self.options[s.name]) for s in specs if not (s.placement or {}).get("near")},
                           ray.nodes())
         if why:
@@ -217,11 +320,43 @@ class RayLauncher(Launcher):
         for spec, (host, pid, node) in zip(specs, where):
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = host, pid, node
 
+    def _place_again(self, spec: WorkerSpec) -> tuple[str, int, str]:
+        """A new actor for a worker that died, on another node where one has room (its own may be
+        dying: Ray takes seconds to say so), and on a node where its new actor lives; NoRoom if none."""
+        previous, failed = self.nodes.get(spec.name), set()
+        for _ in range(3):
+            free = {node: room for node, room in self._free().items() if node not in failed}
+            node = (self._choose_node(spec.name, {n: room for n, room in free.items() if n != previous})
+                    or self._choose_node(spec.name, free))
+            if node is None:
+                break
+            self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+            self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
+            try:
+                return ray.get(self.actors[spec.name].where.remote(), timeout=300)
+            except ray.exceptions.RayActorError:  # that node died meanwhile
+                failed.add(node)
+        raise self._no_room(spec)
+
+    def _no_room(self, spec: WorkerSpec) -> NoRoom:
+        """Why `spec` cannot be started again: actors above `min_actors` are dropped, others stop the run."""
+        asks = _public(_asks(self.options[spec.name]))
+        why = f"worker {spec.name} fits on none of the {len(self.alive)} alive nodes ({asks})"
+        if spec.group != ELASTIC_GROUP:
+            return NoRoom(f"{why}: nowhere to restart it", droppable=False)
+        left = len([n for n in self._live(ELASTIC_GROUP) if n != spec.name])
+        if left < self.elastic.min_actors:
+            return NoRoom(f"{why}, and {left} actors are below ray.elastic.min_actors "
+                          f"({self.elastic.min_actors})", droppable=False)
+        return NoRoom(f"{why}: dropped, {left} actors go on", droppable=True)
+
     def host_of(self, worker: str) -> str:
         return self.driver_host if worker == CONTROL_KEY else self.hosts.get(worker, self.driver_host)
 
     def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
-        if spec.name in self.refs:  # a restart: the old actor is gone, place a new one
+        if spec.name in self.refs and self.elastic:
+            self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = self._place_again(spec)
+        elif spec.name in self.refs:  # a restart: the old actor is gone, place a new one
             self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
             where = ray.get(self.actors[spec.name].where.remote(), timeout=300)
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = where
@@ -267,6 +402,8 @@ class RayLauncher(Launcher):
         tasks = [_clean_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                  .remote(self.run_id) for n in nodes]
         try:
-            ray.get(tasks, timeout=30)
+            for task in tasks:
+                with contextlib.suppress(ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError):
+                    ray.get(task, timeout=30)  # a node that died meanwhile has nothing left to sweep
         finally:
             ray.shutdown()

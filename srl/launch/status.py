@@ -26,6 +26,8 @@ def worker_row(worker: WorkerState, now: float) -> dict[str, Any]:
             "rejected": stats.get("rejected") or {},
             "mean_batch": stats.get("mean_batch"), "restart_latency_s": worker.restart_latency_s,
             "param_digest": stats.get("param_digest"), "policy_version": stats.get("policy_version"),
+            #: A data-parallel trainer's weight digests at its last versions (version -> digest).
+            **({"param_digests": stats["param_digests"]} if stats.get("param_digests") else {}),
             "trained_steps": stats.get("trained_steps"),
             "streams": {port: end.transport for port, end in worker.spec.streams.items()},
             #: Whatever else the worker reports (a user's kind shows its own numbers here).

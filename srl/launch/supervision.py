@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 
 from srl.api.config import SupervisionConfig
 from srl.api.worker import HUNG_SIGNAL, Supervision, WorkerSpec
-from srl.launch.launcher import Launcher
+from srl.launch.launcher import Launcher, NoRoom
 from srl.streams.context import ContextSpec
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class WorkerState:
     counters: tuple[str, ...] = ()
     pid: int | None = None
     host: str = ""
+    #: starting, running, hung, exited, failed, stopped; or dropped: its node died and no node
+    #: left had room for it (an elastic run's actor).
     state: str = "starting"
     last_heartbeat: float = 0.0
     restarts: int = 0
@@ -154,7 +157,7 @@ class Supervisor:
         for name, worker in self.workers.items():
             code = self.launcher.exitcode(name)
             reason = None
-            if code is not None and worker.state not in ("exited", "failed"):
+            if code is not None and worker.state not in ("exited", "failed", "dropped"):
                 last = worker.error.strip().splitlines()[-1] if worker.error.strip() else ""
                 if worker.state == "starting" and worker.restarts == 0 and worker.error:
                     # It failed while setting up, before ever running: a missing package or a bad
@@ -201,7 +204,7 @@ class Supervisor:
         """Every watched worker waits on another and none has moved on for a window: nobody to blame."""
         if not self.launcher.hangs_possible:
             return None
-        watched = [w for w in self.workers.values() if self._window(w) is not None]
+        watched = [w for w in self.workers.values() if self._window(w) is not None and w.state != "dropped"]
         if not watched or not all(w.state == "running" and w.waiting for w in watched):
             return None
         still = max(w.last_heartbeat for w in watched) - self.run_moved_at
@@ -240,7 +243,13 @@ class Supervisor:
             member.restarts += 1
             member.restart_times.append(now)
             member.restart_latency_s = None
-            self.start(member)
+            try:
+                self.start(member)
+            except NoRoom as exc:  # its node died and no node left has room for it
+                print(f"srl: {exc}", file=sys.stderr)
+                member.state = "dropped" if exc.droppable else "failed"
+                if not exc.droppable:
+                    return str(exc), ""
         return None
 
 

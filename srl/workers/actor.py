@@ -79,6 +79,8 @@ class ActorWorker(Worker):
         self.inline = next(iter(clients.values())) if len(clients) == 1 else None
         self.started = time.monotonic()
         self.trajectories = 0
+        #: Env steps sent to the trainers, and in the last send (the size of a trajectory in flight).
+        self.sent_steps = self.last_sent_steps = 0
         #: Synchronous acting: env steps sent since the trainer last trained, and its batch size.
         self.synchronous = actors.synchronous and isinstance(self.inline, InlineInference)
         self.unsynced_steps, self.batch_steps = 0, s.batch_steps
@@ -143,6 +145,8 @@ class ActorWorker(Worker):
                 return False
         self.waiting_on = ""
         self.trajectories += 1
+        self.sent_steps += self.unsent_steps
+        self.last_sent_steps = self.unsent_steps
         if self.synchronous:
             self.unsynced_steps += self.unsent_steps
             if self.unsynced_steps >= self.batch_steps:  # the trainer trains on what it now holds
@@ -190,6 +194,9 @@ class ActorWorker(Worker):
                 "episode_returns": returns, "episode_lengths": lengths,
                 "episode_stats": self.ring.pop_episode_stats(), "trajectories": self.trajectories,
                 "inference_ms": self.inference.round_trip.take(1000), "samples_in_flight": self.samples.in_flight,
+                # Stepped but not yet taken by a trainer: lost if this actor's node dies now.
+                "undelivered_steps": (self.ring.env_steps - self.sent_steps
+                                      + self.samples.in_flight * self.last_sent_steps),
                 "sample_slots": self.samples.slots, "blocked_frac": blocked_frac,
                 **(self.self_play.stats() if self.self_play is not None else {}),
                 **({"policy_episode_returns": self.ring.pop_policy_episodes()} if self.ring.policy_returns else {})}

@@ -23,16 +23,18 @@ from srl.api.settings import TrainerSettings
 from srl.api.worker import Port, Supervision
 from srl.data import keys
 from srl.data.named_array import NamedArray
+from srl.learn import checkpoint
 from srl.learn.batcher import Batcher
 from srl.learn.learner import Diverged, Learner
 from srl.streams.meter import Mean
 from srl.streams.parameters import FanOut, open_publisher
 from srl.streams.samples import DrainingConsumer, Meta, SampleConsumer
-from srl.learn import checkpoint
 from srl.workers.base import FatalError, Worker
 from srl.workers.ddp import DataParallel
 
 log = logging.getLogger(__name__)
+#: Versions whose weight digests a data-parallel trainer reports (a few heartbeats' worth).
+DIGESTS_KEPT = 256
 
 
 class TrainerWorker(Worker):
@@ -60,6 +62,7 @@ class TrainerWorker(Worker):
         self.env_steps_at_start = checkpoint.info(path).get("env_steps", 0) if path is not None else 0
         if state is not None:
             policy.load_state_dict(state["policy"])
+            log.info("restored %s: version %d, %d env steps", path.name, policy.version, self.env_steps_at_start)
         self.rank, world_size = self.spec.index, self.spec.group_size
         self.ddp = None
         if world_size > 1:
@@ -91,6 +94,8 @@ class TrainerWorker(Worker):
         self.train_time = 0.0
         #: Per training step: its seconds, and how many versions behind the policy its samples were.
         self.step_time, self.version_lag = Mean(), Mean()
+        #: Data-parallel: the digest of the weights at each of the last versions (equal on every rank).
+        self.digests: dict[int, str] = {}
         self.last_stats: dict[str, float] = {}
         #: The checkpoint the last `load_checkpoint` command loaded.
         self.loaded = ""
@@ -127,6 +132,9 @@ class TrainerWorker(Worker):
                                                     keys.PRIORITY: priorities}))
         if self.ddp is not None:
             self.ddp.sync_buffers(self.policy)
+            self.digests[self.policy.version] = self._digest()
+            if len(self.digests) > DIGESTS_KEPT:
+                del self.digests[min(self.digests)]
         took = time.monotonic() - start
         self.step_time.add(took)
         self.train_time += took
@@ -182,7 +190,7 @@ class TrainerWorker(Worker):
                 "hyperparameters": {k: v for k, v in self.learner.algorithm.config.model_dump().items()
                                     if isinstance(v, (int, float)) and not isinstance(v, bool)},
                 **({"loaded": self.loaded} if self.loaded else {}),
-                **({"param_digest": self._digest()} if self.ddp is not None else {}),
+                **({"param_digest": self._digest(), "param_digests": dict(self.digests)} if self.ddp is not None else {}),
                 **({"metrics": self._policy_metrics()} if self.policy_name and self.rank == 0 else {})}
 
     def _policy_metrics(self) -> dict[str, Any]:

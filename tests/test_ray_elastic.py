@@ -1,0 +1,167 @@
+"""Elastic runs on a three-node loopback Ray cluster: nodes that die whole and nodes that join mid-run.
+
+The head (127.0.0.2) holds the trainer; the other nodes carry the resource `spot` that elastic
+actors ask for, so they may run on any of them. A node is killed as a preempted cloud node
+dies: every process of it at once, by PID (`LoopbackCluster.kill_node`).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray]
+ray = pytest.importorskip("ray", reason="the ray tests need `pip install ray`")
+
+from srl.launch.loopback_ray import HEAD, SECOND, loopback_ray_cluster  # noqa: E402  (after the skip)
+
+THIRD = "127.0.0.4"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    env = {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("node-cache"))}
+    with loopback_ray_cluster(nodes=3, env=env, worker_resources={"spot": 1}) as running, running.driver_environment():
+        yield running
+
+
+def _train(cluster, tmp_path, *overrides: str) -> tuple[subprocess.Popen, Path, Path]:
+    """`srl train cartpole-ppo` on the cluster in a session of its own; (process, run dir, stderr log)."""
+    from conftest import srl_command
+
+    run_dir, log = tmp_path / "run", tmp_path / "stderr.log"
+    process = subprocess.Popen(
+        srl_command("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={cluster.address}",
+                    "actors.inference=inline", *overrides, "log.tensorboard=false", "log.progress=false"),
+        cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+    return process, run_dir, log
+
+
+def test_actors_follow_a_node_that_dies_and_one_that_joins_and_the_run_reaches_475(cluster, tmp_path):
+    """Two actors, one on each spot node. Node 3 dies whole: its actor is placed again on node 2
+    and what it had not delivered is counted as lost. A fourth node joins: an actor is added on
+    it (up to `max_actors`). The run reaches a mean return of 475 after both."""
+    from conftest import kill_run, metrics_lines, run_workers, wait_for
+
+    process, run_dir, log = _train(cluster, tmp_path, "ray.elastic={min_actors: 1, max_actors: 3}", "actors.count=2",
+                                   "actors.placement.resources={spot: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                                   "stop.episode_return=null", "stop.time_s=400")
+
+    def stepping(workers: dict, name: str) -> bool:
+        return name in workers and workers[name]["state"] == "running" and bool(workers[name]["stats"].get("env_steps"))
+
+    try:
+        workers = wait_for(lambda: (w := run_workers(run_dir)) and stepping(w, "actor.0") and stepping(w, "actor.1")
+                           and w, 120, "both actors stepping", process, log)
+        assert {workers["actor.0"]["host"], workers["actor.1"]["host"]} == {SECOND, THIRD}
+        assert workers["trainer.0"]["host"] == HEAD
+        victim = next(name for name in ("actor.0", "actor.1") if workers[name]["host"] == THIRD)
+        killed = cluster.kill_node(THIRD)
+        assert workers[victim]["pid"] in killed
+
+        moved = wait_for(lambda: (w := run_workers(run_dir)) and w[victim]["restarts"] == 1 and stepping(w, victim)
+                         and w, 90, f"{victim} placed again", process, log)
+        assert moved[victim]["host"] == SECOND
+
+        fourth = cluster.add_node()
+        grown = wait_for(lambda: (w := run_workers(run_dir)) and stepping(w, "actor.2") and w, 90,
+                         "an actor added on the new node", process, log)
+        assert grown["actor.2"]["host"] == fourth and "actor.3" not in grown  # max_actors: 3
+
+        # CartPole may learn before the node dies: the run must still reach 475 after the changes.
+        changed = json.loads((run_dir / "status.json").read_text())["nodes"][-1]["at_s"]
+        wait_for(lambda: any(row["time_s"] > changed and (row["episode_return_mean"] or 0) >= 475
+                             for row in metrics_lines(run_dir)), 240, "475 after the nodes changed", process, log)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
+        stderr = log.read_text()
+        assert process.returncode == 0, stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"] == "interrupted" and summary["lost_env_steps"] > 0, summary
+        status = json.loads((run_dir / "status.json").read_text())
+        events = [(e["event"], e["node"]) for e in status["nodes"]]
+        assert events == [("left", THIRD), ("joined", fourth)], status["nodes"]
+        assert status["nodes"][1]["actors_added"] == 1
+        assert "srl: 1 workers added to group actor (actor.2)" in stderr
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{status['run_id']}_")]
+    finally:
+        kill_run(process, run_dir)
+
+
+def _spot_nodes(cluster, count: int) -> list[str]:
+    """`count` alive nodes besides the head (an earlier test may have killed one): added as needed."""
+    alive = [ip for ip in cluster.nodes[1:] if cluster.node_processes(ip)]
+    while len(alive) < count:
+        alive.append(cluster.add_node())
+    return alive[:count]
+
+
+def test_the_trainer_of_a_node_that_dies_restarts_on_another_from_its_checkpoint(cluster, tmp_path):
+    """The trainer on a spot node, the actors on the head. Its node dies whole: the trainer starts
+    again on the other spot node from the last checkpoint, the actors find it there, and the run
+    reaches 475 after the loss."""
+    from conftest import kill_run, metrics_lines, run_workers, wait_for
+
+    spot = _spot_nodes(cluster, 2)
+    process, run_dir, log = _train(cluster, tmp_path, "ray.elastic={min_actors: 1, max_actors: 2}", "actors.count=2",
+                                   "actors.placement.resources={node1: 0.01}", "trainers.placement.resources={spot: 0.01}",
+                                   "checkpoint.every_s=1", "stop.episode_return=null", "stop.time_s=400")
+    try:
+        workers = wait_for(lambda: (w := run_workers(run_dir)) and w.get("trainer.0", {}).get("state") == "running"
+                           and list((run_dir / "checkpoints").glob("*.pt")) and w, 120, "a checkpoint", process, log)
+        doomed = workers["trainer.0"]["host"]
+        assert doomed in spot
+        cluster.kill_node(doomed)
+        moved = wait_for(lambda: (w := run_workers(run_dir)) and w["trainer.0"]["restarts"] == 1
+                         and w["trainer.0"]["state"] == "running" and w, 90, "the trainer placed again", process, log)
+        assert moved["trainer.0"]["host"] in set(spot) - {doomed}
+        assert "restored" in (run_dir / "logs" / "trainer.0.log").read_text()
+        left = json.loads((run_dir / "status.json").read_text())["nodes"][-1]["at_s"]
+        wait_for(lambda: any(row["time_s"] > left and (row["episode_return_mean"] or 0) >= 475
+                             for row in metrics_lines(run_dir)), 240, "475 after the node died", process, log)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
+        assert process.returncode == 0, log.read_text()[-3000:]
+        final = run_workers(run_dir)
+        assert final["trainer.0"]["restarts"] == 1 and final["trainer.0"]["policy_version"] > 1
+    finally:
+        kill_run(process, run_dir)
+
+
+def test_two_data_parallel_trainers_on_two_nodes_reach_475_with_equal_weights(cluster, tmp_path):
+    """`trainers.count=2`, one trainer on each spot node: gradients are averaged over TCP (gloo)
+    between the hosts. Each trainer reports the digest of its weights at each of its last versions;
+    read as the run goes, they agree at every version, from the first to the last."""
+    from conftest import kill_run, run_workers
+
+    spot = _spot_nodes(cluster, 2)
+    # Two CPUs a trainer: a node of two holds one.
+    process, run_dir, log = _train(cluster, tmp_path, "actors.count=2", "actors.placement.resources={node1: 0.01}",
+                                   "trainers.count=2", "trainers.placement={num_cpus: 2, resources: {spot: 0.01}}",
+                                   "stop.time_s=300")
+    digests: list[dict[int, str]] = [{}, {}]
+
+    def gather() -> bool:
+        for rank in (0, 1):
+            reported = run_workers(run_dir).get(f"trainer.{rank}", {}).get("param_digests") or {}
+            digests[rank].update({int(v): d for v, d in reported.items()})
+        return process.poll() is not None
+
+    try:
+        while not gather():
+            time.sleep(0.2)
+        assert process.returncode == 0, log.read_text()[-3000:]
+        gather()
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stop_reason"].startswith("episode_return_mean"), summary
+        workers = run_workers(run_dir)
+        assert {workers["trainer.0"]["host"], workers["trainer.1"]["host"]} == set(spot)
+        final = summary["policy_version"]
+        assert set(digests[0]) == set(digests[1]) == set(range(1, final + 1)), (sorted(digests[0]), final)
+        assert digests[0] == digests[1]
+    finally:
+        kill_run(process, run_dir)

@@ -117,6 +117,9 @@ def _status(args: argparse.Namespace) -> int:
                             str(m.get("policy_version")), hps or "-", str(m.get("copies", 0)),
                             m.get("copied_from") or "-")
         console.print(members)
+    for event in status.get("nodes") or []:  # an elastic run's cluster: nodes that left or joined
+        added = f", actors added: {event['actors_added']}" if event.get("actors_added") is not None else ""
+        console.print(f"node {event['node']} {event['event']} at {event['at_s']:.1f} s{added}", highlight=False)
     for w in status["workers"]:  # replay buffers: what they hold and in how much memory
         s = w.get("stats") or {}
         if {"held_steps", "capacity", "memory_mb"} <= s.keys():

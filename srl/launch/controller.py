@@ -185,7 +185,8 @@ class Controller:
                if spec.group == group and spec.index >= first]
         self.launcher.place(new)
         self._start(new)
-        print(f"srl: {added} workers added to group {group} ({', '.join(s.name for s in new)})", file=sys.stderr)
+        print(f"srl: group {group} grew by {added} on a node that joined ({', '.join(s.name for s in new)})",
+              file=sys.stderr)
 
     def _clean_after_previous_run(self) -> None:
         """A run killed outright (SIGKILL) could not sweep its shared memory: do it now."""
@@ -409,7 +410,7 @@ class Controller:
         shutil.rmtree(self.private_dir, ignore_errors=True)
         now = time.monotonic()
         for worker in self.workers.values():
-            if worker.state != "failed":
+            if worker.state not in ("failed", "dropped"):
                 worker.state = "stopped"
         self._write_status("stopped", now)
         workers = list(self.workers.values())

@@ -161,7 +161,8 @@ def loopback_ray_cluster(cpus: int = 2, env: dict[str, str] | None = None, nodes
     try:
         with open(os.open(cluster.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as token:
             token.write(secrets.token_hex(32))
-        _ray_start([_ray_cli(), "start", "--head", f"--node-ip-address={HEAD}", f"--port={cluster.address.split(':')[1]}",
+        port = cluster.address.split(":")[1]
+        _ray_start([_ray_cli(), "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
                     "--include-dashboard=false", '--resources={"node1": 1}', f"--num-cpus={cpus}",
                     f"--temp-dir={cluster.temp_dir}", "--disable-usage-stats"], cluster.node_env)
         cluster.nodes.append(HEAD)

@@ -341,7 +341,7 @@ class RayLauncher(Launcher):
     def _no_room(self, spec: WorkerSpec) -> NoRoom:
         """Why `spec` cannot be started again: actors above `min_actors` are dropped, others stop the run."""
         asks = _public(_asks(self.options[spec.name]))
-        why = f"worker {spec.name} fits on none of the {len(self.alive)} alive nodes ({asks})"
+        why = f"worker {spec.name} fits on no node left (it asks for {asks})"
         if spec.group != ELASTIC_GROUP:
             return NoRoom(f"{why}: nowhere to restart it", droppable=False)
         left = len([n for n in self._live(ELASTIC_GROUP) if n != spec.name])

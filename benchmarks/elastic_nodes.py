@@ -74,7 +74,8 @@ def main() -> int:
     env = f"{{type: fake, args: {{step_sleep_s: {args.wait_ms / 1000}, episode_length: 200}}}}"
     table = []
     with tempfile.TemporaryDirectory() as tmp, \
-            loopback_ray_cluster(nodes=3, worker_resources={"spot": 1}) as cluster, cluster.driver_environment():
+            loopback_ray_cluster(nodes=3, worker_resources={"spot": 1}, quick_node_deaths=True) as cluster, \
+            cluster.driver_environment():
         run_dir = Path(tmp) / "run"
         process = subprocess.Popen(
             [sys.executable, "-m", "srl.cli", "train", "cartpole-ppo", "--run-dir", str(run_dir), f"env={env}",

@@ -25,7 +25,8 @@ THIRD = "127.0.0.4"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     env = {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("node-cache"))}
-    with loopback_ray_cluster(nodes=3, env=env, worker_resources={"spot": 1}) as running, running.driver_environment():
+    with loopback_ray_cluster(nodes=3, env=env, worker_resources={"spot": 1}, quick_node_deaths=True) as running, \
+            running.driver_environment():
         yield running
 
 
@@ -185,5 +186,28 @@ def test_two_data_parallel_trainers_on_two_nodes_reach_475_with_equal_weights(cl
         final = summary["policy_version"]
         assert set(digests[0]) == set(digests[1]) == set(range(1, final + 1)), (sorted(digests[0]), final)
         assert digests[0] == digests[1]
+    finally:
+        kill_run(process, run_dir)
+
+
+def test_a_worker_pinned_to_a_node_that_dies_stops_the_run_in_one_line(cluster, tmp_path):
+    """The trainer may run only on one node (its `node<k>` resource): when that node dies there is
+    nowhere to restart it, and the run stops at once saying so, rather than wait for the node."""
+    from conftest import kill_run, run_workers, wait_for
+
+    node = _spot_nodes(cluster, 1)[0]
+    resource = f"node{cluster.nodes.index(node) + 1}"
+    process, run_dir, log = _train(cluster, tmp_path, "ray.elastic={min_actors: 1, max_actors: 2}", "actors.count=1",
+                                   "actors.placement.resources={node1: 0.01}",
+                                   f"trainers.placement.resources={{{resource}: 0.01}}", "stop.episode_return=null",
+                                   "stop.time_s=400")
+    try:
+        wait_for(lambda: run_workers(run_dir).get("trainer.0", {}).get("state") == "running", 120, "the trainer",
+                 process, log)
+        cluster.kill_node(node)
+        process.wait(timeout=120)
+        why = f"worker trainer.0 fits on no node left (it asks for CPU 0.5, {resource} 0.01): nowhere to restart it"
+        assert process.returncode != 0 and f"srl: {why}" in log.read_text(), log.read_text()[-3000:]
+        assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == why
     finally:
         kill_run(process, run_dir)

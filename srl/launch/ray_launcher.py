@@ -30,8 +30,8 @@ import shutil
 import signal
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import ray
@@ -189,6 +189,15 @@ def _public(resources: dict[str, float]) -> str:
     return ", ".join(f"{r} {v:g}" for r, v in sorted(shown.items())) or "nothing"
 
 
+@dataclasses.dataclass
+class Occupancy:
+    """What an elastic run's placement counts on: each alive node's free resources, and its live
+    workers by (group, node)."""
+
+    free: dict[str, dict[str, float]]
+    peers: Counter[tuple[str, str]]
+
+
 def _fits(ask: dict[str, float], free: dict[str, float]) -> bool:
     return all(free.get(r, 0.0) >= amount - 1e-9 for r, amount in ask.items())
 
@@ -232,28 +241,33 @@ class RayLauncher(Launcher):
         return [name for name in self.refs if (group is None or self.groups.get(name) == group)
                 and self.exitcode(name) is None]
 
-    def _free(self) -> dict[str, dict[str, float]]:
-        """Each alive node's free resources: what Ray says is free, and never more than its total
-        less what this run's live workers ask (Ray's own count lags behind a placement)."""
+    def _occupancy(self) -> Occupancy:
+        """Each alive node's free resources (what Ray says is free, and never more than its total
+        less what this run's live workers ask: Ray's own count lags behind a placement), and how
+        many live workers of each group it holds. One pass over the workers."""
         from ray._private.state import available_resources_per_node, total_resources_per_node
 
         available, total = available_resources_per_node(), total_resources_per_node()
         used: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        peers: Counter[tuple[str, str]] = Counter()
         for name in self._live():
+            node = self.nodes.get(name, "")
+            peers[self.groups[name], node] += 1
             for r, amount in _asks(self.options[name]).items():
-                used[self.nodes.get(name, "")][r] += amount
-        return {node: {r: min(available.get(node, {}).get(r, 0.0), amount - used[node][r])
+                used[node][r] += amount
+        free = {node: {r: min(available.get(node, {}).get(r, 0.0), amount - used[node][r])
                        for r, amount in total[node].items()} for node in total if node in self.alive}
+        return Occupancy(free, peers)
 
-    def _choose_node(self, name: str, free: dict[str, dict[str, float]]) -> str | None:
-        """The alive node with room for `name` and the fewest workers of its group (then the most
-        free CPU); its room is taken from `free`. None: no node has room."""
-        ask, group = _asks(self.options[name]), self.groups[name]
-        fitting = [node for node, room in free.items() if _fits(ask, room)]
+    def _choose_node(self, name: str, occupancy: Occupancy, exclude: Collection[str] = ()) -> str | None:
+        """The alive node (not in `exclude`) with room for `name` and the fewest workers of its group,
+        then the most free CPU; the worker is counted there in `occupancy`. None: no node has room."""
+        ask, group, free = _asks(self.options[name]), self.groups[name], occupancy.free
+        fitting = [node for node, room in free.items() if node not in exclude and _fits(ask, room)]
         if not fitting:
             return None
-        peers = [self.nodes.get(n) for n in self._live(group)]
-        node = min(fitting, key=lambda n: (peers.count(n), -free[n].get("CPU", 0.0), self.alive[n]))
+        node = min(fitting, key=lambda n: (occupancy.peers[group, n], -free[n].get("CPU", 0.0), self.alive[n]))
+        occupancy.peers[group, node] += 1
         for r, amount in ask.items():
             free[node][r] = free[node].get(r, 0.0) - amount
         return node
@@ -270,7 +284,7 @@ class RayLauncher(Launcher):
         for node in sorted(joined, key=alive.get):
             room = 0
             if actors:
-                free = self._free().get(node, {})
+                free = self._occupancy().free.get(node, {})
                 ask = _asks(self.options[actors[0]])
                 while _fits(ask, free) and room < 1000:
                     room += 1
@@ -306,9 +320,9 @@ class RayLauncher(Launcher):
             self.options[spec.name] = options
             self.groups[spec.name] = spec.group
         if self.elastic:  # every worker on a node of our choosing (where Ray has no room yet, Ray's choice)
-            free = self._free()
+            occupancy = self._occupancy()
             for spec in specs:
-                if not (spec.placement or {}).get("near") and (node := self._choose_node(spec.name, free)):
+                if not (spec.placement or {}).get("near") and (node := self._choose_node(spec.name, occupancy)):
                     self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         why = unplaceable({s.name: _asks(self.options[s.name]) for s in specs if not (s.placement or {}).get("near")},
                           ray.nodes())
@@ -325,9 +339,9 @@ class RayLauncher(Launcher):
         dying: Ray takes seconds to say so), and on a node where its new actor lives; NoRoom if none."""
         previous, failed = self.nodes.get(spec.name), set()
         for _ in range(3):
-            free = {node: room for node, room in self._free().items() if node not in failed}
-            node = (self._choose_node(spec.name, {n: room for n, room in free.items() if n != previous})
-                    or self._choose_node(spec.name, free))
+            occupancy = self._occupancy()
+            node = (self._choose_node(spec.name, occupancy, exclude={previous, *failed})
+                    or self._choose_node(spec.name, occupancy, exclude=failed))
             if node is None:
                 break
             self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)

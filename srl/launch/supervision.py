@@ -246,10 +246,11 @@ class Supervisor:
             try:
                 self.start(member)
             except NoRoom as exc:  # its node died and no node left has room for it
-                print(f"srl: {exc}", file=sys.stderr)
-                member.state = "dropped" if exc.droppable else "failed"
                 if not exc.droppable:
+                    member.state, member.error = "failed", str(exc)
                     return str(exc), ""
+                print(f"srl: {exc}", file=sys.stderr)
+                member.state = "dropped"
         return None
 
 

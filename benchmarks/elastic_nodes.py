@@ -45,7 +45,7 @@ def _workers(run_dir: Path) -> dict[str, dict]:
         return {}
 
 
-def _wait(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
+def _wait(predicate, timeout: float, what: str, process: subprocess.Popen, run_dir: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -53,13 +53,15 @@ def _wait(predicate, timeout: float, what: str, process: subprocess.Popen) -> No
         if predicate():
             return
         time.sleep(0.2)
-    raise SystemExit(f"timed out waiting for {what}")
+    states = ", ".join(f"{w['name']} {w['state']} on {w['host']} ({w['restarts']} restarts)"
+                       for w in _workers(run_dir).values())
+    raise SystemExit(f"timed out waiting for {what}: {states}")
 
 
 def _rate(run_dir: Path, window: float, process: subprocess.Popen) -> float:
     """Env steps/s over the next `window` seconds, from the run's metrics lines."""
     start = time.monotonic()
-    _wait(lambda: time.monotonic() - start >= window, window + 60, "the window", process)
+    _wait(lambda: time.monotonic() - start >= window, window + 60, "the window", process, run_dir)
     rows = _rows(run_dir)
     last = rows[-1]
     first = next(r for r in rows if r["time_s"] >= last["time_s"] - window)
@@ -90,16 +92,16 @@ def main() -> int:
                            if w["kind"] == "actor" and w["state"] == "running" and w["stats"].get("env_steps")]
                 return len(running) == count
 
-            _wait(lambda: stepping(2), 180, "two actors stepping", process)
+            _wait(lambda: stepping(2), 180, "two actors stepping", process, run_dir)
             time.sleep(2)
             table.append(("2 actors on nodes 2 and 3", 2, _rate(run_dir, args.window, process)))
             fourth = cluster.add_node()
-            _wait(lambda: stepping(4), 120, "actors on the new node", process)
+            _wait(lambda: stepping(4), 120, "actors on the new node", process, run_dir)
             time.sleep(2)
             table.append((f"node {fourth} joined", 4, _rate(run_dir, args.window, process)))
             cluster.kill_node(fourth)
             _wait(lambda: stepping(4) and sum(w["restarts"] for w in _workers(run_dir).values()) == 2,
-                  120, "the new node's actors placed again", process)
+                  120, "the new node's actors placed again", process, run_dir)
             time.sleep(2)
             table.append((f"node {fourth} died, its actors moved", 4, _rate(run_dir, args.window, process)))
             os.killpg(process.pid, signal.SIGINT)

@@ -220,11 +220,12 @@ class RayLauncher(Launcher):
         self.nodes: dict[str, str] = {}
         self.options: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, str] = {}
-        #: Alive nodes (id -> IP) as last seen, nodes that joined or left since the start, and
-        #: actors asked for on joined nodes and not yet handed to the controller.
+        #: Alive nodes (id -> IP) as last seen, nodes that joined or left since the start, and the
+        #: joined node of each actor to add: asked of the controller (`growth`), then placed there.
         self.alive: dict[str, str] = self._alive_nodes() if elastic else {}
         self.events: list[dict[str, Any]] = []
-        self.pending_growth = 0
+        self.to_grow: list[str] = []
+        self.growing: list[str] = []
         self.began = time.monotonic()
         self.next_poll = 0.0
 
@@ -289,9 +290,9 @@ class RayLauncher(Launcher):
                 while _fits(ask, free) and room < 1000:
                     room += 1
                     free = {r: v - ask.get(r, 0.0) for r, v in free.items()}
-            wanted = self.elastic.max_actors - len(self._live(ELASTIC_GROUP)) - self.pending_growth
+            wanted = self.elastic.max_actors - len(self._live(ELASTIC_GROUP)) - len(self.to_grow)
             added = max(0, min(room, wanted))
-            self.pending_growth += added
+            self.to_grow += [node] * added
             self.events.append({"event": "joined", "node": alive[node], "at_s": at, "actors_added": added})
 
     def idle(self) -> None:
@@ -300,8 +301,8 @@ class RayLauncher(Launcher):
             self._poll_nodes()
 
     def growth(self) -> dict[str, int]:
-        grown, self.pending_growth = self.pending_growth, 0
-        return {ELASTIC_GROUP: grown} if grown else {}
+        self.growing, self.to_grow = self.to_grow, []
+        return {ELASTIC_GROUP: len(self.growing)} if self.growing else {}
 
     def node_events(self) -> list[dict[str, Any]]:
         return list(self.events)
@@ -319,11 +320,8 @@ class RayLauncher(Launcher):
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self.nodes[placement["near"]], soft=False)
             self.options[spec.name] = options
             self.groups[spec.name] = spec.group
-        if self.elastic:  # every worker on a node of our choosing (where Ray has no room yet, Ray's choice)
-            occupancy = self._occupancy()
-            for spec in specs:
-                if not (spec.placement or {}).get("near") and (node := self._choose_node(spec.name, occupancy)):
-                    self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        if self.elastic:
+            self._choose_nodes(specs)
         why = unplaceable({s.name: _asks(self.options[s.name]) for s in specs if not (s.placement or {}).get("near")},
                           ray.nodes())
         if why:
@@ -333,6 +331,20 @@ class RayLauncher(Launcher):
         where = ray.get([self.actors[s.name].where.remote() for s in specs], timeout=300)
         for spec, (host, pid, node) in zip(specs, where):
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = host, pid, node
+
+    def _choose_nodes(self, specs: list[WorkerSpec]) -> None:
+        """Every worker on a node of our choosing (where none has room yet, Ray's choice); actors
+        added for a node that joined go there while it has room."""
+        occupancy = self._occupancy()
+        for spec in specs:
+            if (spec.placement or {}).get("near"):
+                continue
+            joined = self.growing.pop(0) if spec.group == ELASTIC_GROUP and self.growing else None
+            others = set(occupancy.free) - {joined}
+            node = ((joined and self._choose_node(spec.name, occupancy, exclude=others))
+                    or self._choose_node(spec.name, occupancy))
+            if node is not None:
+                self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
 
     def _place_again(self, spec: WorkerSpec) -> tuple[str, int, str]:
         """A new actor for a worker that died, on another node where one has room (its own may be

@@ -32,7 +32,7 @@ from srl.api.config import ConfigError, ExperimentConfig, dump
 from srl.api.graph import ResolvedGraph
 from srl.api.registry import WORKERS
 from srl.api.run_paths import RunPaths
-from srl.api.worker import CONTROL_KEY, StreamEnd
+from srl.api.worker import CONTROL_KEY, StreamEnd, WorkerSpec
 from srl.launch import tracking
 from srl.launch.graph import wire
 from srl.launch.launcher import Launcher
@@ -112,6 +112,8 @@ class Controller:
         #: The run's env steps as of the last look over every worker (what heartbeats are answered with).
         self.env_steps_seen = 0
         self._next_status = 0.0
+        #: How `wire` is called for this run (set at launch; workers added later are wired alike).
+        self._wiring: dict[str, Any] = {}
 
     @property
     def workers(self) -> dict[str, WorkerState]:
@@ -167,7 +169,7 @@ class Controller:
         self.supervisor.pace(len(specs))
         self._start(specs)
 
-    def _start(self, specs: list) -> None:
+    def _start(self, specs: list[WorkerSpec]) -> None:
         here = self.launcher.host_of(CONTROL_KEY)
         for spec in specs:
             spec.heartbeat_s = self.supervisor.heartbeat_s

@@ -382,9 +382,19 @@ class RayLauncher(Launcher):
     def start(self, spec: WorkerSpec, context: ContextSpec) -> int:
         if spec.name in self.refs and self.elastic:
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = self._place_again(spec)
-        elif spec.name in self.refs:  # a restart: the old actor is gone, place a new one
+        elif spec.name in self.refs:  # a restart: the old actor is gone, place a new one where it was
+            follow = "ray.elastic lets workers follow the cluster's nodes (docs/cluster.md)"
+            if (why := unplaceable({spec.name: _asks(self.options[spec.name])}, ray.nodes())) is not None:
+                raise NoRoom(f"worker {spec.name} cannot start again: {why}; {follow}", droppable=False)
             self.actors[spec.name] = _WorkerActor.options(**self.options[spec.name]).remote()
-            where = ray.get(self.actors[spec.name].where.remote(), timeout=300)
+            try:
+                where = ray.get(self.actors[spec.name].where.remote(), timeout=300)
+            except ray.exceptions.RayActorError:  # Ray placed it on a node it had not yet seen die
+                raise NoRoom(f"worker {spec.name} cannot start again: its new Ray actor died before it ran (its "
+                             f"node may have died); {follow}", droppable=False) from None
+            except ray.exceptions.GetTimeoutError:
+                raise NoRoom(f"worker {spec.name} cannot start again: Ray placed it nowhere within 300 s; {follow}",
+                             droppable=False) from None
             self.hosts[spec.name], self.pids[spec.name], self.nodes[spec.name] = where
         self.refs[spec.name] = self.actors[spec.name].run.remote(spec, context)
         return self.pids[spec.name]

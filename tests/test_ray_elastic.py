@@ -1,4 +1,4 @@
-"""Elastic runs on a three-node loopback Ray cluster: nodes that die whole and nodes that join mid-run.
+"""Runs on a three-node loopback Ray cluster whose nodes die whole and join mid-run (`ray.elastic`).
 
 The head (127.0.0.2) holds the trainer; the other nodes carry the resource `spot` that elastic
 actors ask for, so they may run on any of them. A node is killed as a preempted cloud node
@@ -209,5 +209,29 @@ def test_a_worker_pinned_to_a_node_that_dies_stops_the_run_in_one_line(cluster, 
         why = f"worker trainer.0 fits on no node left (it asks for CPU 0.5, {resource} 0.01): nowhere to restart it"
         assert process.returncode != 0 and f"srl: {why}" in log.read_text(), log.read_text()[-3000:]
         assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == why
+    finally:
+        kill_run(process, run_dir)
+
+
+def test_without_elastic_a_worker_whose_node_died_stops_the_run_in_one_line(cluster, tmp_path):
+    """No `ray.elastic`: the actor may run only on its node, which dies; the run stops at once,
+    saying so and how to follow nodes, rather than wait for Ray to place it."""
+    from conftest import kill_run, run_workers, wait_for
+
+    node = _spot_nodes(cluster, 1)[0]
+    resource = f"node{cluster.nodes.index(node) + 1}"
+    process, run_dir, log = _train(cluster, tmp_path, "actors.count=1",
+                                   f"actors.placement.resources={{{resource}: 0.01}}",
+                                   "trainers.placement.resources={node1: 0.01}", "stop.episode_return=null",
+                                   "stop.time_s=400")
+    try:
+        wait_for(lambda: run_workers(run_dir).get("actor.0", {}).get("stats", {}).get("env_steps"), 120,
+                 "the actor stepping", process, log)
+        cluster.kill_node(node)
+        process.wait(timeout=120)
+        stopped = json.loads((run_dir / "summary.json").read_text())["stop_reason"]
+        assert process.returncode == 1 and stopped.startswith("worker actor.0 cannot start again: "), stopped
+        assert stopped.endswith("ray.elastic lets workers follow the cluster's nodes (docs/cluster.md)")
+        assert f"srl: {stopped}" in log.read_text()
     finally:
         kill_run(process, run_dir)

@@ -1,7 +1,7 @@
 """Runs on a three-node loopback Ray cluster whose nodes die whole and join mid-run (`ray.elastic`).
 
-The head (127.0.0.2) holds the trainer; the other nodes carry the resource `spot` that elastic
-actors ask for, so they may run on any of them. A node is killed as a preempted cloud node
+The head (127.0.0.2) is never killed; the other nodes carry the resource `spot`, so a group that
+asks for it may run on any of them. A node is killed as a preempted cloud node
 dies: every process of it at once, by PID (`LoopbackCluster.kill_node`).
 """
 

@@ -28,19 +28,14 @@ import time
 from pathlib import Path
 
 from srl.launch.loopback_ray import loopback_ray_cluster
+from srl.launch.run_dir import read_status
+from srl.report.runs import read_metrics
 from srl.streams import shm
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    try:
-        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 def _workers(run_dir: Path) -> dict[str, dict]:
     try:
-        return {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
+        return {w["name"]: w for w in read_status(run_dir)["workers"]}
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -62,7 +57,7 @@ def _rate(run_dir: Path, window: float, process: subprocess.Popen) -> float:
     """Env steps/s over the next `window` seconds, from the run's metrics lines."""
     start = time.monotonic()
     _wait(lambda: time.monotonic() - start >= window, window + 60, "the window", process, run_dir)
-    rows = _rows(run_dir)
+    rows = read_metrics(run_dir)
     last = rows[-1]
     first = next(r for r in rows if r["time_s"] >= last["time_s"] - window)
     return (last["env_steps"] - first["env_steps"]) / max(last["time_s"] - first["time_s"], 1e-9)
@@ -112,7 +107,7 @@ def main() -> int:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 with contextlib.suppress(OSError, ValueError, KeyError):
-                    shm.sweep(f"{shm.PREFIX}{json.loads((run_dir / 'status.json').read_text())['run_id']}_")
+                    shm.sweep(f"{shm.PREFIX}{read_status(run_dir)['run_id']}_")
     base = table[0][2]
     print(f"env wait {args.wait_ms:g} ms a step, {args.window:g} s a phase; lost_env_steps "
           f"{summary.get('lost_env_steps', 0):,}")

@@ -160,10 +160,12 @@ class Controller:
         common = {"seed": self.config.seed, "run_dir": str(self.run_dir.path), "control": control,
                   "resume": self.resume}
         transport = self.launcher.stream_transport or self.config.streams.transport
-        self._wiring = {"forced_transport": transport, "relays": self.launcher.relays, **common}
-        provisional = wire(self.graph, host_of=lambda name: "", **self._wiring)
+        self._wiring = {"forced_transport": transport, "relays": not self.launcher.workers_move, **common,
+                        # Workers that may move are wired as if each had a host of its own.
+                        "host_of": (lambda name: name) if self.launcher.workers_move else self.launcher.host_of}
+        provisional = wire(self.graph, **{**self._wiring, "host_of": lambda name: ""})
         self.launcher.place(provisional)
-        specs = wire(self.graph, host_of=self.launcher.wiring_host, **self._wiring)
+        specs = wire(self.graph, **self._wiring)
         placed = {spec.name for spec in provisional}
         self.launcher.place([spec for spec in specs if spec.name not in placed])
         self.supervisor.pace(len(specs))
@@ -183,7 +185,7 @@ class Controller:
         """Add `added` workers to `group` (nodes joined): wired as the group's first ones were."""
         first = 1 + max(w.spec.index for w in self.workers.values() if w.spec.group == group)
         self.graph = self.graph.with_count(group, first + added)
-        new = [spec for spec in wire(self.graph, host_of=self.launcher.wiring_host, **self._wiring)
+        new = [spec for spec in wire(self.graph, **self._wiring)
                if spec.group == group and spec.index >= first]
         self.launcher.place(new)
         self._start(new)

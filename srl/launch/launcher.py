@@ -41,12 +41,9 @@ class Launcher(ABC):
     stream_transport: Transport | None = None
     #: Whether one worker can hang while the others go on (the controller's watchdogs look for it).
     hangs_possible: bool = True
-    #: Whether parameters reach other hosts through a relay there (not where workers may move).
-    relays: bool = True
-
-    def wiring_host(self, worker: str) -> str:
-        """The host a worker's streams are wired for (where workers may move: a host of its own)."""
-        return self.host_of(worker)
+    #: Whether a worker may start again on another host than its first (`ray.elastic`): its
+    #: streams are then wired as if every worker had a host of its own, with no relays.
+    workers_move: bool = False
 
     def growth(self) -> dict[str, int]:
         """Workers to add to each group now (a cluster's nodes joined); each call says it once."""

@@ -10,8 +10,8 @@ Placement happens before wiring: every worker's actor is created first, reports 
 it landed on, and only then does the graph choose each stream's transport.
 
 With `ray.elastic`, the launcher follows the cluster's nodes: it places each worker on a
-node it chooses (spreading the actors), wires every stream over TCP (`wiring_host`: each worker
-a host of its own, no relays), places a worker whose node died on a node left that has room,
+node it chooses (spreading the actors), has every stream wired over TCP (`workers_move`: each
+worker a host of its own, no relays), places a worker whose node died on a node left that has room,
 and asks for actors on a node that joins (`growth`).
 
 Clusters of Ray 2.60 and later may require a token from every process that joins them
@@ -209,7 +209,7 @@ class RayLauncher(Launcher):
     def __init__(self, address: str | None, run_id: str, elastic: ElasticConfig | None = None) -> None:
         self.run_id = run_id
         self.elastic = elastic
-        self.relays = elastic is None
+        self.workers_move = elastic is not None
         self.namespace = f"srl-{run_id}"
         connect(address, self.namespace)
         self.driver_host = ray.util.get_node_ip_address()
@@ -233,9 +233,6 @@ class RayLauncher(Launcher):
     @staticmethod
     def _alive_nodes() -> dict[str, str]:
         return {n["NodeID"]: n.get("NodeManagerAddress", n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
-
-    def wiring_host(self, worker: str) -> str:
-        return worker if self.elastic else self.host_of(worker)
 
     def _live(self, group: str | None = None) -> list[str]:
         """Workers started and not ended (of `group`)."""
@@ -284,12 +281,9 @@ class RayLauncher(Launcher):
         actors = [n for n in self.options if self.groups.get(n) == ELASTIC_GROUP]
         for node in sorted(joined, key=alive.get):
             room = 0
-            if actors:
-                free = self._occupancy().free.get(node, {})
-                ask = _asks(self.options[actors[0]])
-                while _fits(ask, free) and room < 1000:
-                    room += 1
-                    free = {r: v - ask.get(r, 0.0) for r, v in free.items()}
+            if actors:  # how many of the group's asks the node's free resources hold
+                free, ask = self._occupancy().free.get(node, {}), _asks(self.options[actors[0]])
+                room = min(int((free.get(r, 0.0) + 1e-9) // amount) for r, amount in ask.items())
             wanted = self.elastic.max_actors - len(self._live(ELASTIC_GROUP)) - len(self.to_grow)
             added = max(0, min(room, wanted))
             self.to_grow += [node] * added
@@ -347,8 +341,9 @@ class RayLauncher(Launcher):
                 self.options[spec.name]["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
 
     def _place_again(self, spec: WorkerSpec) -> tuple[str, int, str]:
-        """A new actor for a worker that died, on another node where one has room (its own may be
-        dying: Ray takes seconds to say so), and on a node where its new actor lives; NoRoom if none."""
+        """A new actor for a worker that died: on another node where one has room (its own may be
+        dying: Ray takes seconds to say so), else on its own; a node where the new actor dies before
+        it runs is given up. NoRoom if no node is left."""
         previous, failed = self.nodes.get(spec.name), set()
         for _ in range(3):
             occupancy = self._occupancy()

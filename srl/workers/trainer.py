@@ -190,8 +190,8 @@ class TrainerWorker(Worker):
                 "hyperparameters": {k: v for k, v in self.learner.algorithm.config.model_dump().items()
                                     if isinstance(v, (int, float)) and not isinstance(v, bool)},
                 **({"loaded": self.loaded} if self.loaded else {}),
-                **({"param_digest": self._digest(), "param_digests": dict(self.digests)}
-                   if self.ddp is not None else {}),
+                **({"param_digest": self.digests.get(self.policy.version) or self._digest(),
+                    "param_digests": dict(self.digests)} if self.ddp is not None else {}),
                 **({"metrics": self._policy_metrics()} if self.policy_name and self.rank == 0 else {})}
 
     def _policy_metrics(self) -> dict[str, Any]:

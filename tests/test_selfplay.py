@@ -319,6 +319,30 @@ def test_opponent_rows_act_with_the_pool_version_and_only_learner_rows_are_sampl
     assert list(inference.reply(0)[1][keys.ACTION]) == [1, 4, 1, 1, 4, 1]
 
 
+def test_opponents_random_moves_are_legal_uniform_and_at_the_configured_rate(tmp_path):
+    slot = EnvSlot([FakeEnv(n_agents=2, n_actions=7)], [0])
+    settings = SELF_PLAY.model_copy(update={"learner": ["agent_0"], "opponent_random_moves": 0.25})
+    self_play = SelfPlay(settings, [slot], Pool(RunPaths(tmp_path).pool), ConstantPolicy, np.random.default_rng(0))
+    rows = 8000
+    mask = np.zeros((rows, 7), np.int8)
+    mask[:, [2, 5]] = 1  # two legal moves; the policy's own move, 0, is one the mask forbids
+    mask[:10] = 0
+    mask[:10, 6] = 1  # a row with one legal move (a player waiting for its turn) gets that one
+    policy_moves = np.zeros(rows, np.int64)
+    moved = self_play.with_random_moves(NamedArray({keys.OBS: np.zeros((rows, 1)), keys.ACTION_MASK: mask}),
+                                        policy_moves)
+    assert not policy_moves.any()  # the policy's reply is left as it was
+    random = moved != 0
+    assert 0.23 < random.mean() < 0.27
+    assert set(moved[10:][random[10:]]) == {2, 5} and 0.45 < (moved[random] == 2).mean() < 0.55
+    assert set(moved[:10][random[:10]]) <= {6}
+    unmasked = self_play.with_random_moves(NamedArray({keys.OBS: np.zeros((rows, 1))}), policy_moves)
+    assert set(unmasked) == set(range(7))  # without a mask: any of the action space's moves
+    still = SelfPlay(SELF_PLAY.model_copy(update={"learner": ["agent_0"]}), [slot], Pool(RunPaths(tmp_path).pool),
+                     ConstantPolicy, np.random.default_rng(0))
+    assert still.with_random_moves(NamedArray({keys.OBS: np.zeros((rows, 1))}), policy_moves) is policy_moves
+
+
 def test_a_pruned_version_is_skipped(tmp_path):
     pool = Pool(RunPaths(tmp_path).pool)
     gone = _freeze(pool, c=2, version=0)
@@ -386,6 +410,7 @@ def test_self_play_adds_a_league_and_tells_the_actors():
     ({"self_play": {"learner": []}}, "self_play.learner: List should have at least 1 item"),
     ({"self_play": {"learner": ["a"], "opponent": "best"}}, "self_play.opponent: Input should be"),
     ({"self_play": {"learner": ["a"], "pool_size": 1}}, "self_play.pool_size"),
+    ({"self_play": {"learner": ["a"], "opponent_random_moves": 1.5}}, "self_play.opponent_random_moves"),
     ({"self_play": {"learner": ["a"]}, "actors": {"synchronous": True, "count": 1, "inference": "inline"}},
      "actors.synchronous: a self-play run"),
 ])

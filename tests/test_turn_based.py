@@ -177,6 +177,27 @@ def test_the_board_cnn_reads_the_planes_wherever_a_pattern_stands_and_the_mask_b
         BoardCNN({keys.OBS: space[keys.ACTION_MASK]})
 
 
+def test_a_deeper_board_cnn_sees_the_far_end_of_a_line_from_the_cell_that_completes_it():
+    from srl.models.actor_critic import ActorCriticConfig, ActorCriticNet
+    from srl.models.cnn import BoardCNN
+
+    env = TurnBasedEnv(CONNECT4)
+    space = env.observation_space("player_0")
+    for layers, sees in ((2, False), (3, True)):
+        encoder = BoardCNN(space.spaces, channels=8, layers=layers)
+        for bias in (m.bias for m in encoder.convs if isinstance(m, torch.nn.Conv2d)):
+            torch.nn.init.normal_(bias)
+        board = torch.zeros(2, 6, 7, 2, dtype=torch.int8)
+        board[0, 5, 0, 0] = 1  # a piece three columns left of the bottom row's cell 3
+        features = encoder({keys.OBS: board, keys.ACTION_MASK: torch.ones(2, 7, dtype=torch.int8)})
+        at_cell = features[:, :-7].reshape(2, 8, 6, 7)[:, :, 5, 3]
+        assert (not torch.allclose(at_cell[0], at_cell[1], atol=1e-6)) == sees, layers
+    net = ActorCriticNet(space, env.action_space("player_0"),
+                         ActorCriticConfig(encoder="board_cnn", share_encoder=True, board_layers=4, board_channels=8))
+    convs = [m for m in net.actor_encoder.convs if isinstance(m, torch.nn.Conv2d)]
+    assert len(convs) == 4 and {m.out_channels for m in convs} == {8}
+
+
 def test_a_mask_that_does_not_fit_the_actions_is_refused():
     import gymnasium as gym
 

@@ -292,6 +292,11 @@ class SelfPlayConfig(Section):
     win_rate_matches: PositiveInt = 5
     #: Episodes each of an actor's envs plays (on average) against one opponent before the next draw.
     opponent_episodes: PositiveFloat = 1.0
+    #: The share of the opponents' moves played at random among their legal ones (an env with
+    #: legal-move masks, or a discrete action space): a pool of its own past versions shows the
+    #: learner only the positions its own play leads to; mistakes of the opponents show it others
+    #: (a weaker player's), and what to do with them. 0: the opponents play their policy only.
+    opponent_random_moves: float = Field(0.0, ge=0.0, le=1.0)
     #: Freeze the newest version into the pool every this many versions.
     snapshot_every_versions: PositiveInt = 10
     #: Versions the pool keeps (the oldest go first; the initial one stays).

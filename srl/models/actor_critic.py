@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
@@ -51,6 +52,10 @@ class ActorCriticConfig(Section):
     #: `entity_attention` (entity lists with masks, e.g. hide-and-seek) or `board_cnn` (a game
     #: board's [H, W, C] piece planes, e.g. connect four).
     encoder: Literal["flatten", "nature_cnn", "entity_attention", "board_cnn"] = "flatten"
+    #: A `board_cnn`'s 3x3 convolutions and their channels. Each layer sees one cell further: from
+    #: the cell that would complete a line of four, three layers see the line's far end.
+    board_layers: pydantic.PositiveInt = 2
+    board_channels: pydantic.PositiveInt = 16
     #: Observation fields the actor reads (default: every field except `state`).
     actor_inputs: list[str] | None = None
     #: Observation fields the critic reads (default: the actor's; `[state]` for a centralised critic).
@@ -184,7 +189,8 @@ class ActorCriticNet(nn.Module):
         self.normalizer = ObsNormalizer(observation_space) if config.obs_norm else None
         if self.normalizer is not None:
             observation_space = self.normalizer.output_space(observation_space)
-        encoder = ENCODERS[config.encoder]
+        options = {"layers": config.board_layers, "channels": config.board_channels} if config.encoder == "board_cnn" else {}
+        encoder = functools.partial(ENCODERS[config.encoder], **options)
         self.actor_encoder = encoder({k: observation_space[k] for k in self.actor_inputs})
         same_inputs = self.critic_inputs == self.actor_inputs
         #: The critic reads the actor's features (after the LSTM, if any): one shared encoder.

@@ -60,9 +60,10 @@ class BoardCNN(nn.Module):
 
     #: Small on purpose: on a CPU learner each channel costs (32: twice the time of 16).
     CHANNELS = 16
+    #: Each layer sees one cell further: two see a cell's 5x5 neighbourhood.
     LAYERS = 2
 
-    def __init__(self, spaces: Mapping[str, gym.Space]) -> None:
+    def __init__(self, spaces: Mapping[str, gym.Space], channels: int = CHANNELS, layers: int = LAYERS) -> None:
         super().__init__()
         boards = [k for k, s in spaces.items() if len(s.shape) == 3]
         if len(boards) != 1:
@@ -70,11 +71,11 @@ class BoardCNN(nn.Module):
         self.field = boards[0]
         height, width, planes = spaces[self.field].shape
         self.rest = [k for k in spaces if k != self.field]
-        layers: list[nn.Module] = []
-        for i in range(self.LAYERS):
-            layers += [_orthogonal(nn.Conv2d(planes if i == 0 else self.CHANNELS, self.CHANNELS, 3, padding=1)), nn.ReLU()]
-        self.convs = nn.Sequential(*layers, nn.Flatten())
-        self.out_dim = self.CHANNELS * height * width + sum(int(np.prod(spaces[k].shape)) for k in self.rest)
+        convs: list[nn.Module] = []
+        for i in range(layers):
+            convs += [_orthogonal(nn.Conv2d(planes if i == 0 else channels, channels, 3, padding=1)), nn.ReLU()]
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        self.out_dim = channels * height * width + sum(int(np.prod(spaces[k].shape)) for k in self.rest)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         board = obs[self.field]

@@ -37,10 +37,10 @@ def _entity_attention(spaces: Mapping[str, gym.Space]) -> nn.Module:
     return EntityAttentionEncoder(spaces)
 
 
-def _board_cnn(spaces: Mapping[str, gym.Space]) -> nn.Module:
+def _board_cnn(spaces: Mapping[str, gym.Space], **options: int) -> nn.Module:
     from srl.models.cnn import BoardCNN
 
-    return BoardCNN(spaces)
+    return BoardCNN(spaces, **options)
 
 
 ENCODERS = {"flatten": FlattenEncoder, "nature_cnn": _nature_cnn, "entity_attention": _entity_attention,

@@ -15,7 +15,8 @@ each (on average), the next is drawn from the pool with the configured strategy 
 `uniform`, `pfsp`; `srl.league.selection`). A draw takes effect at the next step, so an
 episode under way when it happens finishes against the new opponent. Until the pool holds a
 version (the league worker adds the first one as the run starts), the policy being trained
-plays the opponents' agents too.
+plays the opponents' agents too. With `opponent_random_moves`, a share of the opponents' moves
+is drawn at random among their legal ones.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from srl.api.config import SelfPlayConfig
@@ -38,8 +40,8 @@ from srl.envs.slots import Slot
 from srl.league import selection
 from srl.league.match import split_agents
 from srl.league.pool import Entry, Pool
-from srl.streams.inference import InferenceClient
 from srl.learn import checkpoint
+from srl.streams.inference import InferenceClient
 from srl.workers.base import FatalError
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,12 @@ class SelfPlay:
         self.episodes = 0.0
         self.draws = 0
         self.last_try = -np.inf
+        action_space = slot.spaces[1]
+        #: Actions the opponents may take at random (`opponent_random_moves`; masks narrow them per row).
+        self.random_actions = action_space.n if isinstance(action_space, gym.spaces.Discrete) else None
+        if settings.opponent_random_moves > 0 and self.random_actions is None:
+            raise ValueError(f"self_play.opponent_random_moves: random moves are drawn among discrete actions, "
+                             f"and this env's action space is {action_space}")
 
     @classmethod
     def open(cls, settings: SelfPlayConfig, slots: Sequence[Slot], run_dir: str | Path,
@@ -134,6 +142,25 @@ class SelfPlay:
         return policy
 
     # ------------------------------------------------------------------ samples
+    def with_random_moves(self, obs: NamedArray, actions: np.ndarray) -> np.ndarray:
+        """`actions` of the opponents' rows, each replaced, at the rate `opponent_random_moves`, by
+        one of its row's legal actions (its action mask) drawn uniformly."""
+        rate = self.settings.opponent_random_moves
+        if rate == 0:
+            return actions
+        picked = self.rng.random(len(actions)) < rate
+        if not picked.any():
+            return actions
+        legal = (np.asarray(obs[keys.ACTION_MASK], bool)[picked] if keys.ACTION_MASK in obs
+                 else np.ones((int(picked.sum()), self.random_actions), bool))
+        # The k-th legal action of each row, k uniform among its count (a row with none keeps its action).
+        counts = legal.sum(1)
+        nth = (self.rng.random(len(counts)) * counts).astype(np.int64)
+        drawn = (legal.cumsum(1) > nth[:, None]).argmax(1)
+        actions = actions.copy()
+        actions[picked] = np.where(counts > 0, drawn, actions[picked])
+        return actions
+
     def samples_of(self, trajectory: NamedArray) -> NamedArray:
         """The learner's rows of a trajectory [T + 1, rows, ...]; counts its finished episodes and
         draws the next opponent when they are due."""
@@ -172,7 +199,9 @@ class OpponentInference(InferenceClient):
         sp = self.self_play
         theirs = request[sp.opponent_rows]
         state = theirs[keys.RNN_STATE] if keys.RNN_STATE in theirs else NamedArray()
-        self.opponent_reply[slot] = opponent.rollout(theirs[keys.OBS], state)
+        reply = opponent.rollout(theirs[keys.OBS], state)
+        reply[keys.ACTION] = sp.with_random_moves(theirs[keys.OBS], np.asarray(reply[keys.ACTION]))
+        self.opponent_reply[slot] = reply
         self.inner.request(slot, request[sp.learner_rows])
 
     def reply(self, timeout_ms: int) -> tuple[int, NamedArray] | None:

@@ -271,3 +271,26 @@ def test_the_connect4_search_player_takes_a_win_and_blocks_one():
     assert act(board) == 3
     board = board[..., ::-1].copy()  # the other player's three now: column 3 blocks it
     assert act(board) == 3
+
+
+def test_board_tactics_finds_positions_a_search_player_answers_and_random_play_mostly_does_not(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("board_tactics", PLAYERS.parent / "board_tactics.py")
+    tactics = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tactics)
+    env = TurnBasedEnv(CONNECT4)
+    found = tactics.tactical_positions(env, 40, seed=0)
+    for kind, positions in found.items():
+        assert len(positions) == 40
+        for obs, answers in positions:
+            board = obs[keys.OBS]
+            # A "win" column completes four for the mover; a "block" column for the other player.
+            assert answers == tactics.winning_columns(board if kind == "win" else board[..., ::-1]) and answers
+    (tmp_path / "config.yaml").write_text("name: c4\nseed: 1\nenv: {type: turn_based, id: classic/connect_four-v3}\n"
+                                          "policy: {type: actor_critic}\nstop: {env_steps: 1000}\n")
+    assert tactics.main([str(tmp_path), "--source", f"{PLAYERS}:connect4_depth2", "--positions", "40"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a win") or "threatens" in line]
+    searched = [float(row.split("|")[2].strip(" %")) for row in rows]
+    chance = [float(row.split("|")[3].strip(" %")) for row in rows]
+    assert searched[0] == 100.0 and searched[1] >= 90 and max(chance) < 40

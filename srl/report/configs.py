@@ -44,9 +44,9 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
     "tictactoe-muzero": (("after 300k moves (681-818 s beside another run, seeds 1-3): not one game of 200 a side "
                           "lost to perfect or random play; against random play 92.3-95.0% won, 2 CPU cores"),
                          "docs/muzero.md"),
-    "connect4-selfplay": (("rating against its frozen pool 13.8 → 114.5 in 900 s (2.76M env steps); then, 200 games "
-                           "a side, wins against random play 95.0% first / 89.5% second, against a depth-2 search "
-                           "player 32.0% / 18.0%, 2 CPU cores"), "docs/selfplay.md"),
+    "connect4-selfplay": (("after 900 s (3.93M moves), 200 games a side: wins against random play 100.0% first / "
+                           "94.5% second, against a depth-2 search player 54.5% / 46.0%, 2 CPU cores"),
+                          "docs/selfplay.md"),
     "speaker-listener-mappo": (("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
                                 "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores"), "docs/environments.md"),
     "adversary-mappo": (("two teams, a policy each: against random opponents the good agents score +20.0 (random "

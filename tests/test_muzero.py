@@ -74,6 +74,31 @@ def test_two_players_values_are_the_movers_and_flip_sign_every_ply():
     assert muzero.targets(segment)["value"][:, 0, 0].tolist() == [1.0, -1.0, 1.0]
 
 
+def test_random_moves_are_legal_and_at_their_rate_and_deterministic_acting_has_none():
+    space = gym.spaces.Dict({keys.OBS: gym.spaces.Box(-5, 5, (4,), np.float32),
+                             keys.ACTION_MASK: gym.spaces.Box(0, 1, (5,), np.int8)})
+    rows = 400
+    mask = np.zeros((rows, 5), np.int8)
+    mask[:, [1, 2, 4]] = 1
+    obs = NamedArray({keys.OBS: np.zeros((rows, 4), np.float32), keys.ACTION_MASK: mask})
+    # No root noise and temperature 0: the search's move is its most visited, the same every time.
+    kept = MuZeroPolicy(space, gym.spaces.Discrete(5), state=16, hidden=[16], support=5, simulations=4,
+                        temperature=0.0, exploration_fraction=0.0)
+    searched = kept.rollout(obs, NamedArray())
+    policy = MuZeroPolicy(space, gym.spaces.Discrete(5), state=16, hidden=[16], support=5, simulations=4,
+                          temperature=0.0, exploration_fraction=0.0, random_moves=0.5)
+    policy.load_state_dict(kept.state_dict())
+    acted = policy.rollout(obs, NamedArray())
+    assert set(acted[keys.ACTION].tolist()) == {1, 2, 4}  # only legal ones, and all of them
+    # Half the rows move at random, and two of their three legal moves are not the search's: a third change.
+    changed = (acted[keys.ACTION] != searched[keys.ACTION]).mean()
+    assert 0.25 < changed < 0.42
+    # The search's targets stay what the search found, whatever move is played.
+    assert acted[keys.SEARCH_POLICY].shape == (rows, 5) and (acted[keys.SEARCH_POLICY][:, [0, 3]] == 0).all()
+    greedy = policy.rollout(obs, NamedArray(), deterministic=True)[keys.ACTION]
+    assert np.array_equal(greedy, kept.rollout(obs, NamedArray(), deterministic=True)[keys.ACTION])
+
+
 def test_a_turn_based_games_rows_become_its_movers_alternating_moves():
     T1, G = 6, 2
     waiting = np.array([1, 0, 0], np.int8)  # a player waiting for its turn may only pass (action 0)

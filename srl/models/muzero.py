@@ -34,7 +34,7 @@ from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
 from srl.models.encoders import ENCODERS
-from srl.models.masks import check_mask_space, mask_of
+from srl.models.masks import check_mask_space, mask_of, with_random_moves
 from srl.search.mcts import SearchConfig, SearchResult, search, select_action
 
 _EPSILON = 0.001
@@ -60,6 +60,11 @@ class MuZeroNetConfig(Section):
     #: poor, then play that trusts the search.
     final_temperature: float | None = pydantic.Field(None, ge=0)
     temperature_versions: pydantic.PositiveInt = 1000
+    #: The share of moves that acting (not deterministic acting) plays at random among the legal
+    #: ones. Playing itself, a policy reaches the same few positions; random moves take its games
+    #: to others. The search's targets are kept for every move, so what is learnt there is the
+    #: search's answer, not the random move.
+    random_moves: float = pydantic.Field(0.0, ge=0, le=1)
     #: Players alternate (board games): values flip sign at every ply of the search.
     two_player: bool = False
     #: Gumbel MuZero (Danihelka et al. 2022): the root samples Gumbel noise and halves its
@@ -258,6 +263,8 @@ class MuZeroPolicy(NetPolicy, ModelPolicy):
         value, target, action = self._searched(obs, noise=not deterministic)
         if action is None:  # pUCT: drawn from the visit distribution (Gumbel's search picked it)
             action = select_action(target, 0.0 if deterministic else self.temperature, self.rng)
+        if not deterministic:
+            action = with_random_moves(action, mask_of(obs), self.actions, self.config.random_moves, self.rng)
         rows = np.arange(len(action))
         logprob = np.log(np.maximum(target[rows, action], 1e-12)).astype(np.float32)
         return NamedArray({keys.ACTION: action.astype(np.int64), keys.LOGPROB: logprob,

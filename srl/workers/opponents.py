@@ -41,6 +41,7 @@ from srl.league import selection
 from srl.league.match import split_agents
 from srl.league.pool import Entry, Pool
 from srl.learn import checkpoint
+from srl.models.masks import mask_of, with_random_moves
 from srl.streams.inference import InferenceClient
 from srl.workers.base import FatalError
 
@@ -145,21 +146,8 @@ class SelfPlay:
     def with_random_moves(self, obs: NamedArray, actions: np.ndarray) -> np.ndarray:
         """`actions` of the opponents' rows, each replaced, at the rate `opponent_random_moves`, by
         one of its row's legal actions (its action mask) drawn uniformly."""
-        rate = self.settings.opponent_random_moves
-        if rate == 0:
-            return actions
-        picked = self.rng.random(len(actions)) < rate
-        if not picked.any():
-            return actions
-        legal = (np.asarray(obs[keys.ACTION_MASK], bool)[picked] if keys.ACTION_MASK in obs
-                 else np.ones((int(picked.sum()), self.random_actions), bool))
-        # The k-th legal action of each row, k uniform among its count (a row with none keeps its action).
-        counts = legal.sum(1)
-        nth = (self.rng.random(len(counts)) * counts).astype(np.int64)
-        drawn = (legal.cumsum(1) > nth[:, None]).argmax(1)
-        actions = actions.copy()
-        actions[picked] = np.where(counts > 0, drawn, actions[picked])
-        return actions
+        return with_random_moves(actions, mask_of(obs), self.random_actions, self.settings.opponent_random_moves,
+                                 self.rng)
 
     def samples_of(self, trajectory: NamedArray) -> NamedArray:
         """The learner's rows of a trajectory [T + 1, rows, ...]; counts its finished episodes and

@@ -53,22 +53,3 @@ def mask_scores_numpy(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray
         scores[np.asarray(mask).reshape(scores.shape) == 0] = ILLEGAL
     return scores
 
-
-def with_random_moves(actions: np.ndarray, mask: np.ndarray | None, actions_count: int, rate: float,
-                      rng: np.random.Generator) -> np.ndarray:
-    """`actions` [N], each replaced at the rate `rate` by one of its row's legal actions (`mask`
-    [N, A]; every one of `actions_count` without a mask) drawn uniformly; the rest as they were."""
-    if rate == 0:
-        return actions
-    picked = rng.random(len(actions)) < rate
-    if not picked.any():
-        return actions
-    legal = (np.asarray(mask, bool)[picked] if mask is not None
-             else np.ones((int(picked.sum()), actions_count), bool))
-    # The k-th legal action of each row, k uniform among its count (a row with none keeps its action).
-    counts = legal.sum(1)
-    nth = (rng.random(len(counts)) * counts).astype(np.int64)
-    drawn = (legal.cumsum(1) > nth[:, None]).argmax(1)
-    actions = actions.copy()
-    actions[picked] = np.where(counts > 0, drawn, actions[picked])
-    return actions

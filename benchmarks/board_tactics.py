@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         obs = NamedArray({k: np.stack([o[k] for o, _ in positions]) for k in positions[0][0]})
         actions = np.asarray(policy.rollout(obs, policy.initial_state(len(positions)), args.deterministic)[keys.ACTION])
         right = np.mean([a in answers for a, (_, answers) in zip(actions, positions)])
-        chance = np.mean([len(answers) / obs_mask.sum() for (o, answers), obs_mask
-                          in zip(positions, obs[keys.ACTION_MASK])])
+        chance = np.mean([len(answers) / o[keys.ACTION_MASK].sum() for o, answers in positions])
         print(f"| {'a win in one' if kind == 'win' else 'the other player threatens one win'} | "
               f"{right:.1%} | {chance:.1%} |")
     return 0

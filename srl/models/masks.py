@@ -52,4 +52,3 @@ def mask_scores_numpy(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray
     if mask is not None:
         scores[np.asarray(mask).reshape(scores.shape) == 0] = ILLEGAL
     return scores
-

@@ -190,10 +190,17 @@ class ModelPolicy(Policy):
         (reanalyse refreshes stored play with them)."""
 
 
+def random_legal(legal: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of `legal` [N, A] (bool), drawn uniformly among the row's legal ones:
+    the highest of random scores where legal (a row with none gets 0)."""
+    return np.where(legal, rng.random(legal.shape), -1.0).argmax(-1)
+
+
 def with_random_moves(actions: np.ndarray, mask: np.ndarray | None, actions_count: int, rate: float,
                       rng: np.random.Generator) -> np.ndarray:
     """`actions` [N], each replaced at the rate `rate` by one of its row's legal actions (`mask`
-    [N, A]; every one of `actions_count` without a mask) drawn uniformly; the rest as they were."""
+    [N, A]; every one of `actions_count` without a mask) drawn uniformly; the rest as they were
+    (a row with no legal action keeps its own)."""
     if rate == 0:
         return actions
     picked = rng.random(len(actions)) < rate
@@ -201,10 +208,6 @@ def with_random_moves(actions: np.ndarray, mask: np.ndarray | None, actions_coun
         return actions
     legal = (np.asarray(mask, bool)[picked] if mask is not None
              else np.ones((int(picked.sum()), actions_count), bool))
-    # The k-th legal action of each row, k uniform among its count (a row with none keeps its action).
-    counts = legal.sum(1)
-    nth = (rng.random(len(counts)) * counts).astype(np.int64)
-    drawn = (legal.cumsum(1) > nth[:, None]).argmax(1)
     actions = actions.copy()
-    actions[picked] = np.where(counts > 0, drawn, actions[picked])
+    actions[picked] = np.where(legal.any(1), random_legal(legal, rng), actions[picked])
     return actions

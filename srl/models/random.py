@@ -7,7 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from srl.api.policy import Policy
+from srl.api.policy import Policy, random_legal
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.masks import check_mask_space, mask_of
@@ -35,9 +35,7 @@ class RandomPolicy(Policy):
         space = self.action_space
         mask = mask_of(obs)
         if mask is not None:  # uniform over each row's legal actions (Discrete spaces only)
-            legal = np.asarray(mask).reshape(n, -1) != 0
-            scores = np.where(legal, self.rng.random(legal.shape), -1.0)
-            action = scores.argmax(-1)
+            action = random_legal(np.asarray(mask).reshape(n, -1) != 0, self.rng)
         elif isinstance(space, gym.spaces.Discrete):
             action = self.rng.integers(0, space.n, n)
         elif isinstance(space, gym.spaces.MultiDiscrete):

@@ -8,8 +8,7 @@ Each opponent plays `--games` games with the run's policy as the first agent and
 the second. A game's result comes from the env's `winner` (srl/envs/turn_based.py), as the
 league counts it (`srl.league.match.play_games`). The policy plays sampled actions unless
 `--deterministic`; an opponent is `random` or a player in a Python file (`FILE.py:NAME`, the
-sources `srl evaluate` takes). Games start from the empty board, whatever random opening the
-run trained with (`random_opening`, srl/envs/turn_based.py).
+sources `srl evaluate` takes).
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compute_threads(1)
     config = run_config(args.run_dir)
-    env_config = config.env.model_copy(update={"args": {**config.env.args, "random_opening": 0}})
-    envs = [make_env(env_config) for _ in range(args.envs)]
+    envs = [make_env(config.env) for _ in range(args.envs)]
     spaces = spaces_of(envs[0])
     first, second = envs[0].agent_ids[:2]
     policy, label = policy_for(args.source, args.run_dir, config, spaces)

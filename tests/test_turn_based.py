@@ -71,30 +71,6 @@ def test_a_drawn_game_has_no_winner():
     assert steps["player_1"].info == {"winner": None, "episode_return": 0.0, "episode_length": 9}
 
 
-def test_a_random_opening_deals_part_played_games_and_counts_none_of_its_moves():
-    env = TurnBasedEnv(CONNECT4, random_opening=6)
-    pieces = []
-    for seed in range(100):
-        steps = env.reset(seed=seed)
-        movers = [a for a, s in steps.items() if s.obs[keys.ACTION_MASK].sum() > 1]
-        assert len(movers) == 1 and not any(s.done or s.reward for s in steps.values())
-        pieces.append(int(steps[movers[0]].obs[keys.OBS].sum()))
-    assert set(pieces) == set(range(7))  # 0 to 6 moves, each of them dealt
-    first = env.reset(seed=3)["player_0"].obs[keys.OBS].copy()
-    assert np.array_equal(env.reset(seed=3)["player_0"].obs[keys.OBS], first)  # a seed deals one opening
-    while not (steps := env.step({a: np.int64(np.flatnonzero(s.obs[keys.ACTION_MASK])[-1])
-                                  for a, s in steps.items()}))["player_0"].done:
-        pass
-    assert steps["player_0"].info["episode_length"] + int(first.sum()) <= 42  # the opening's moves not counted
-    # A game that the opening finishes (a tic-tac-toe line can stand after five moves) is dealt again.
-    tictactoe = TurnBasedEnv(TICTACTOE, random_opening=7)
-    for seed in range(50):
-        steps = tictactoe.reset(seed=seed)
-        assert not any(s.done for s in steps.values()) and sum(s.obs[keys.ACTION_MASK].sum() > 1 for s in steps.values()) == 1
-    with pytest.raises(ValueError, match="random_opening is a number of moves"):
-        TurnBasedEnv(CONNECT4, random_opening=-1)
-
-
 def test_bad_turn_based_configs_name_the_problem():
     with pytest.raises(ValueError, match="needs env.id"):
         TurnBasedEnv()

@@ -25,12 +25,6 @@ and carries the episode return of `score_agent` (default: the first agent): summ
 players of a zero-sum game it would always be 0.
 
 `render=True` builds the game with `render_mode="rgb_array"`, for videos.
-
-`random_opening=K` starts each game from a position after a uniform number, 0 to K, of random
-legal moves by both players, made inside `reset` (no agent sees them, no reward counts). A
-learner then meets positions that its own games and its pool never lead to, as a chess
-engine's training matches start from an opening book. Measuring a policy against fixed
-players starts from the empty board (`benchmarks/board_games.py` sets it to 0).
 """
 
 from __future__ import annotations
@@ -64,15 +58,11 @@ class TurnBasedEnv(Env):
     reports_episodes = True
 
     def __init__(self, id: str | None = None, score_agent: str | None = None, render: bool = False,
-                 random_opening: int = 0, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         pettingzoo = require("pettingzoo", "pettingzoo")
         if id is None:
             raise ValueError("a turn-based env needs env.id: a PettingZoo registry id ('classic/connect_four-v3'), "
                              "'package.module' with env() or 'package.module:fn' returning an AEC env")
-        if isinstance(random_opening, bool) or not isinstance(random_opening, int) or random_opening < 0:
-            raise ValueError(f"env {id!r}: random_opening is a number of moves (0 or more), got {random_opening!r}")
-        self.random_opening = random_opening
-        self._rng = np.random.default_rng()
         if render:
             kwargs.setdefault("render_mode", "rgb_array")
         self.env, self.name = make_aec_env(id, **kwargs), id
@@ -134,11 +124,7 @@ class TurnBasedEnv(Env):
                 for a in self.agent_ids}
 
     def reset(self, seed: int | None = None) -> dict[str, AgentStep]:
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
         self.env.reset(seed=seed)
-        while not self._open():  # a random opening that ended the game: deal another
-            self.env.reset()
         self._returns = dict.fromkeys(self.agent_ids, 0.0)
         self._length = 0
         return self._steps({}, False, {})
@@ -152,7 +138,10 @@ class TurnBasedEnv(Env):
                              f"(legal: {np.flatnonzero(self._legal).tolist()})")
         env.step(action)
         rewards = {a: float(env.rewards.get(a, 0.0)) for a in self.agent_ids}
-        self._skip_done()
+        # An agent done before the game is over is stepped with None when its turn comes (the AEC API).
+        while env.agents and not self._over() and (env.terminations[env.agent_selection]
+                                                   or env.truncations[env.agent_selection]):
+            env.step(None)
         self._length += 1
         for agent, reward in rewards.items():
             self._returns[agent] += reward
@@ -164,24 +153,6 @@ class TurnBasedEnv(Env):
             info = {WINNER: leaders[0] if len(leaders) == 1 else None,
                     "episode_return": self._returns[self.score_agent], "episode_length": self._length}
         return self._steps(rewards, over, info)
-
-    def _open(self) -> bool:
-        """Play the random opening (`random_opening`); False if it ended the game."""
-        env = self.env
-        for _ in range(self._rng.integers(self.random_opening + 1)):
-            self._observe(env.agent_selection, True)
-            env.step(int(self._rng.choice(np.flatnonzero(self._legal))))
-            self._skip_done()
-            if self._over():
-                return False
-        return True
-
-    def _skip_done(self) -> None:
-        # An agent done before the game is over is stepped with None when its turn comes (the AEC API).
-        env = self.env
-        while env.agents and not self._over() and (env.terminations[env.agent_selection]
-                                                   or env.truncations[env.agent_selection]):
-            env.step(None)
 
     def _over(self) -> bool:
         env = self.env

@@ -45,7 +45,8 @@ REFERENCE_RESULTS: dict[str, tuple[str, str]] = {
                           "lost to perfect or random play; against random play 92.3-95.0% won, 2 CPU cores"),
                          "docs/muzero.md"),
     "connect4-selfplay": (("after 900 s (3.93M moves), 200 games a side: wins against random play 100.0% first / "
-                           "94.5% second, against a depth-2 search player 54.5% / 46.0%, 2 CPU cores"),
+                           "94.5% second, against a depth-2 search player 54.5% / 46.0% (seed 2: 98.0% / 95.0% "
+                           "and 33.5% / 25.0%), 2 CPU cores"),
                           "docs/selfplay.md"),
     "speaker-listener-mappo": (("a policy each for speaker and listener: random −38.3; −25 after 10.9k–14.1k env "
                                 "steps (seeds 1–3); −14.6 to −17.2 at 100k, 2 CPU cores"), "docs/environments.md"),

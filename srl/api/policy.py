@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from srl.data import keys
 from srl.data.named_array import NamedArray
 
 if TYPE_CHECKING:
@@ -188,6 +189,11 @@ class ModelPolicy(Policy):
         """What a search from each row of observations [N, ...] finds with the parameters held now:
         `keys.VALUE` [N] and `keys.SEARCH_POLICY` [N, actions], the targets `rollout` records
         (reanalyse refreshes stored play with them)."""
+
+
+def mask_of(obs: Mapping[str, Any]) -> Any:
+    """The observation fields' legal-action mask (`keys.ACTION_MASK`; None when they have none)."""
+    return obs[keys.ACTION_MASK] if keys.ACTION_MASK in obs else None
 
 
 def random_legal(legal: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -28,13 +28,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from srl.api.config import Section
-from srl.api.policy import Analysis, Policy
+from srl.api.policy import Analysis, Policy, mask_of
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.activations import tanh
 from srl.models.distributions import ActionHead, Distribution
 from srl.models.encoders import ENCODERS, FlattenEncoder, ObsNormalizer
-from srl.models.masks import check_mask_space, mask_of
+from srl.models.masks import check_mask_space
 from srl.models.numpy_forward import ACTIVATIONS, Layer, NumpyCopy, flatten_fields, run_layers, torch_layer
 
 #: An LSTM's (h, c), each [B, width].

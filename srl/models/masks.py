@@ -10,9 +10,6 @@ into NaN), and far below any score a network produces.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 import torch
@@ -33,11 +30,6 @@ def check_mask_space(observation_space: gym.spaces.Dict, actions: int | None) ->
     if tuple(space.shape) != (actions,):
         raise ValueError(f"observation field {keys.ACTION_MASK!r}: shape {tuple(space.shape)}, expected ({actions},): "
                          "one entry per action")
-
-
-def mask_of(obs: Mapping[str, Any]) -> Any:
-    """The observation fields' mask (None when they have none)."""
-    return obs[keys.ACTION_MASK] if keys.ACTION_MASK in obs else None
 
 
 def mask_scores(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

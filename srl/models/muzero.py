@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from srl.api.config import Section
-from srl.api.policy import Analysis, ModelPolicy, with_random_moves
+from srl.api.policy import Analysis, ModelPolicy, mask_of, with_random_moves
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, NetPolicy, obs_tensors
 from srl.models.encoders import ENCODERS
-from srl.models.masks import check_mask_space, mask_of
+from srl.models.masks import check_mask_space
 from srl.search.mcts import SearchConfig, SearchResult, search, select_action
 
 _EPSILON = 0.001

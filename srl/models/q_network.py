@@ -23,12 +23,12 @@ import torch
 from torch import nn
 
 from srl.api.config import Section
-from srl.api.policy import Analysis, ValuePolicy
+from srl.api.policy import Analysis, ValuePolicy, mask_of
 from srl.data import keys
 from srl.data.named_array import NamedArray
 from srl.models.actor_critic import MLP, HiddenWidth, Memory, NetPolicy, obs_tensors, remember
 from srl.models.encoders import ENCODERS, FlattenEncoder
-from srl.models.masks import check_mask_space, mask_of, mask_scores, mask_scores_numpy
+from srl.models.masks import check_mask_space, mask_scores, mask_scores_numpy
 from srl.models.numpy_forward import (ACTIVATIONS, Layer, NumpyCopy, flatten_fields, linear_layer, run_layers,
                                       torch_layer)
 

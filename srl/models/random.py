@@ -7,10 +7,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from srl.api.policy import Policy, random_legal
+from srl.api.policy import Policy, mask_of, random_legal
 from srl.data import keys
 from srl.data.named_array import NamedArray
-from srl.models.masks import check_mask_space, mask_of
+from srl.models.masks import check_mask_space
 
 
 class RandomPolicy(Policy):

@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from srl.api.config import SelfPlayConfig
-from srl.api.policy import Policy, with_random_moves
+from srl.api.policy import Policy, mask_of, with_random_moves
 from srl.api.run_paths import RunPaths
 from srl.data import keys
 from srl.data.named_array import NamedArray
@@ -145,8 +145,7 @@ class SelfPlay:
     def with_random_moves(self, obs: NamedArray, actions: np.ndarray) -> np.ndarray:
         """`actions` of the opponents' rows, each replaced, at the rate `opponent_random_moves`, by
         one of its row's legal actions (its action mask) drawn uniformly."""
-        mask = obs[keys.ACTION_MASK] if keys.ACTION_MASK in obs else None
-        return with_random_moves(actions, mask, self.random_actions, self.settings.opponent_random_moves,
+        return with_random_moves(actions, mask_of(obs), self.random_actions, self.settings.opponent_random_moves,
                                  self.rng)
 
     def samples_of(self, trajectory: NamedArray) -> NamedArray:

@@ -33,52 +33,13 @@ def cluster(tmp_path_factory):
         yield running
 
 
-def test_cartpole_on_two_nodes_uses_zmq_across_and_shm_within(cluster, run_srl, tmp_path):
-    address = cluster.address
-    run_dir = tmp_path / "run"
-    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
-                     "actors.inference=remote", "actors.placement.resources={node2: 0.01}",
-                     "policy_workers.placement.resources={node1: 0.01}", "trainers.placement.resources={node1: 0.01}",
-                     "stop.episode_return=150", "stop.time_s=150", "log.tensorboard=false", timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["episode_return_mean"] >= 150, summary
-    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-    assert {w["host"] for w in workers.values()} == {HEAD, SECOND}
-    for name in ("actor.0", "actor.1"):
-        assert workers[name]["host"] == SECOND
-        assert workers[name]["streams"] == {"samples": "zmq", "inference": "zmq"}
-    assert workers["trainer.0"]["host"] == workers["policy.0"]["host"] == HEAD
-    assert workers["trainer.0"]["streams"]["parameters"] == workers["policy.0"]["streams"]["parameters"] == "shm"
-    assert all(e.startswith(("tcp://127.0.0.2:", "tcp://127.0.0.3:")) for w in workers.values() for e in w["endpoints"])
-    run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
-    assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
-    # every node's worker logs travelled to the driver's run directory
-    for name in workers:
-        assert f"starting {name}" in (run_dir / "logs" / f"{name}.log").read_text()
-
-
-def test_inline_actors_on_the_second_node_read_parameters_through_one_relay(cluster, run_srl, tmp_path):
-    """Parameters cross the network once per node: a relay beside the actors re-publishes them in shm."""
-    address = cluster.address
-    run_dir = tmp_path / "run"
-    result = run_srl("train", "cartpole-ppo", "--run-dir", str(run_dir), "launcher=ray", f"ray.address={address}",
-                     "actors.inference=inline", "actors.placement.resources={node2: 0.01}",
-                     "trainers.placement.resources={node1: 0.01}", "trainers.count=1",
-                     "stop.episode_return=150", "stop.time_s=150", "log.tensorboard=false", timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-    assert workers["relay.0"]["host"] == SECOND
-    assert workers["relay.0"]["streams"] == {"source": "zmq", "sink": "shm"}
-    assert workers["actor.0"]["streams"]["parameters"] == "shm"
-    assert json.loads((run_dir / "summary.json").read_text())["episode_return_mean"] >= 150
-
-
-def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(cluster, tmp_path):
-    """A node fault as a worker sees it: its process on the second node dies without a word.
-    Ray reports the actor dead, the controller places a new one on that node, and the run
-    goes on training with the replacement's samples."""
-    from conftest import kill_run, run_workers, srl_command, wait_for
+def test_cartpole_on_two_nodes_uses_zmq_across_shm_within_and_learns_past_a_sigkilled_worker(cluster, tmp_path):
+    """Actors on the second node, the policy worker and the trainer on the head: samples and
+    inference cross the nodes by ZeroMQ, parameters stay in shm on the head. Then a node fault
+    as a worker sees it: an actor's process on the second node dies without a word. Ray reports
+    the actor dead, the controller places a new one on that node, and the run learns on with the
+    replacement's samples, to a mean return of 150."""
+    from conftest import kill_run, metrics_lines, run_workers, srl_command, wait_for
 
     address = cluster.address
     run_dir = tmp_path / "run"
@@ -104,10 +65,13 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
                             90, "actor.0 replaced", process)
         assert replaced["actor.0"]["host"] == SECOND and replaced["actor.0"]["restart_latency_s"] is not None
         version = replaced["trainer.0"]["policy_version"] or 0
-        # The replacement samples and training goes on; then Ctrl-C (not a time limit, which a
+        replaced_at = max((line["time_s"] for line in metrics_lines(run_dir)), default=0.0)
+        # The replacement samples and the run learns on; then Ctrl-C (not a time limit, which a
         # slow start on a busy machine could use up before the kill).
         wait_for(lambda: (w := workers()) and w["actor.0"]["stats"].get("env_steps")
                  and (w["trainer.0"]["policy_version"] or 0) > version + 2 and w, 60, "training on after the restart", process)
+        wait_for(lambda: any(line["time_s"] > replaced_at and (line["episode_return_mean"] or 0) >= 150
+                             for line in metrics_lines(run_dir)), 150, "a mean return of 150 after the restart", process)
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr[-3000:]
@@ -115,8 +79,18 @@ def test_a_worker_sigkilled_on_the_second_node_is_replaced_and_training_goes_on(
         assert summary["stop_reason"] == "interrupted", summary
         final = workers()
         assert final["actor.0"]["restarts"] == 1 and sum(w["restarts"] for w in final.values()) == 1
+        assert {w["host"] for w in final.values()} == {HEAD, SECOND}
+        for name in ("actor.0", "actor.1"):
+            assert final[name]["host"] == SECOND
+            assert final[name]["streams"] == {"samples": "zmq", "inference": "zmq"}
+        assert final["trainer.0"]["host"] == final["policy.0"]["host"] == HEAD
+        assert final["trainer.0"]["streams"]["parameters"] == final["policy.0"]["streams"]["parameters"] == "shm"
+        assert all(e.startswith(("tcp://127.0.0.2:", "tcp://127.0.0.3:")) for w in final.values() for e in w["endpoints"])
         run_id = json.loads((run_dir / "status.json").read_text())["run_id"]
         assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
+        # every node's worker logs travelled to the driver's run directory
+        for name in final:
+            assert f"starting {name}" in (run_dir / "logs" / f"{name}.log").read_text()
     finally:
         kill_run(process, run_dir)
 
@@ -205,24 +179,31 @@ def test_several_policies_on_two_nodes_with_one_policy_worker_serving_both(clust
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"srl_{run_id}_")]
 
 
-def test_an_eval_worker_on_the_second_node_writes_eval_metrics_and_the_best_checkpoint(cluster, tmp_path):
-    """The evaluation worker beside the actors on the second node reads the trainer's versions
-    through the node's relay, and its scores reach the driver's metrics."""
+def test_inline_actors_and_an_eval_worker_on_the_second_node_read_parameters_through_one_relay(cluster, tmp_path):
+    """Parameters cross the network once per node: a relay beside the inline actors and the
+    evaluation worker on the second node re-publishes the trainer's versions in shm. The actors
+    learn from them (a mean return of 150) and the evaluation worker's scores of two versions
+    reach the driver's metrics."""
     from conftest import metrics_lines, train_until
 
     def evaluated(run) -> list[dict]:
         return [line for line in metrics_lines(run) if "eval_return_mean" in line]
 
+    def learned_and_evaluated(run) -> bool:
+        return (bool(e := evaluated(run)) and e[-1]["eval_version"] > e[0]["eval_version"]
+                and any((line.get("episode_return_mean") or 0) >= 150 for line in metrics_lines(run)))
+
     run_dir = tmp_path / "run"
-    train_until(run_dir, lambda run: (e := evaluated(run)) and e[-1]["eval_version"] > e[0]["eval_version"],
-                "two evaluations of different versions", "cartpole-ppo", "launcher=ray",
-                f"ray.address={cluster.address}", "actors.placement.resources={node2: 0.01}",
-                "trainers.placement.resources={node1: 0.01}", "evaluation.count=1",
-                "evaluation.placement.resources={node2: 0.01}", "evaluation.every_s=1", "evaluation.episodes=4",
-                "evaluation.envs=4", "stop.episode_return=null", "log.tensorboard=false", cwd=tmp_path)
+    train_until(run_dir, learned_and_evaluated, "a mean return of 150 and two evaluations of different versions",
+                "cartpole-ppo", "launcher=ray", f"ray.address={cluster.address}", "actors.inference=inline",
+                "actors.placement.resources={node2: 0.01}", "trainers.placement.resources={node1: 0.01}",
+                "trainers.count=1", "evaluation.count=1", "evaluation.placement.resources={node2: 0.01}",
+                "evaluation.every_s=1", "evaluation.episodes=4", "evaluation.envs=4", "stop.episode_return=null",
+                "log.tensorboard=false", cwd=tmp_path, timeout=240)
     workers = {w["name"]: w for w in json.loads((run_dir / "status.json").read_text())["workers"]}
-    assert workers["eval.0"]["host"] == SECOND and workers["trainer.0"]["host"] == HEAD
-    assert workers["eval.0"]["streams"]["parameters"] == "shm"
+    assert workers["eval.0"]["host"] == workers["relay.0"]["host"] == SECOND and workers["trainer.0"]["host"] == HEAD
+    assert workers["relay.0"]["streams"] == {"source": "zmq", "sink": "shm"}
+    assert workers["actor.0"]["streams"]["parameters"] == workers["eval.0"]["streams"]["parameters"] == "shm"
     assert [n for n in workers if n.startswith("relay.")] == ["relay.0"]  # actors and eval read one copy
     assert all(line["eval_episodes"] == 4 for line in evaluated(run_dir))
     assert (run_dir / "checkpoints" / "best.pt").exists()

@@ -17,7 +17,7 @@ from test_graph import FakeLauncher, _config, _specs
 
 from srl.api.config import SupervisionConfig
 from srl.api.registry import WORKERS
-from srl.launch.supervision import Supervisor, WorkerState, last_words
+from srl.launch.supervision import STACK_DUMP_MAX_S, Supervisor, WorkerState, last_words
 from srl.api.worker import HUNG_SIGNAL
 from srl.streams.context import ContextSpec
 
@@ -35,11 +35,11 @@ Current thread 0x00007e (most recent call first):
 """
 
 
-def _supervised(budget: SupervisionConfig):
+def _supervised(budget: SupervisionConfig, log_tail=lambda name: STACKS):
     """Two actors, a policy worker and a trainer started under a supervisor (a fake launcher)."""
     specs = _specs(_config(actors={"count": 2}))
     launcher = FakeLauncher()
-    supervisor = Supervisor(launcher, ContextSpec("r", b"k", "/tmp/n", "/tmp"), budget, lambda name: STACKS,
+    supervisor = Supervisor(launcher, ContextSpec("r", b"k", "/tmp/n", "/tmp"), budget, log_tail,
                             on_replaced=lambda worker: None)
     for spec in specs.values():
         kind = WORKERS.resolve(spec.kind)
@@ -47,10 +47,10 @@ def _supervised(budget: SupervisionConfig):
     return supervisor, launcher
 
 
-def _watched(window: float = 5.0, max_restarts: int = 3, **by_group: float):
+def _watched(window: float = 5.0, max_restarts: int = 3, log_tail=lambda name: STACKS, **by_group: float):
     """Actors and a trainer under a supervisor with progress windows, each at its first heartbeat (t=0)."""
     return _supervised(SupervisionConfig(heartbeat_timeout_s=1000, progress_timeout_s=window,
-                                         max_restarts=max_restarts, progress_timeout_by_group=by_group))
+                                         max_restarts=max_restarts, progress_timeout_by_group=by_group), log_tail)
 
 
 def _beat(supervisor: Supervisor, now: float, **workers: tuple[int, str]) -> None:
@@ -118,19 +118,62 @@ def test_when_every_worker_waits_and_none_moves_the_run_stops_with_who_waits_on_
     assert reason.startswith("no worker made progress for 6 s") and "actor.0 on inference" in reason
 
 
-def test_a_hung_worker_past_its_budget_stops_the_run_with_where_it_was_stuck():
-    supervisor, launcher = _watched(window=5, max_restarts=0)
-    launcher.signal = lambda name, sig: launcher.signals.append((name, sig))  # it dies only when killed
-    for t in range(8):
+def _hanging_trainer(log: dict[str, str]):
+    """A supervisor whose trainer is found hung at t=6 (its log: `log["text"]`); it dies only when killed."""
+    supervisor, launcher = _watched(window=5, max_restarts=0, log_tail=lambda name: log["text"])
+    launcher.signal = lambda name, sig: launcher.signals.append((name, sig))
+    for t in range(7):
         _beat(supervisor, t, trainer_0=(0, ""), policy_0=(0, "inference"), actor_0=(0, "samples"),
               actor_1=(0, "samples"))
         assert supervisor.check(t) is None
+    assert launcher.signals == [("trainer.0", HUNG_SIGNAL)]
+    return supervisor, launcher
+
+
+#: The log before the trainer wrote its stacks, and halfway through them.
+BEFORE_STACKS = STACKS[:STACKS.index("Thread 0x")]
+HALF_STACKS = STACKS[:STACKS.index("Current thread")]
+
+
+def test_a_hung_worker_past_its_budget_stops_the_run_with_where_it_was_stuck():
+    log = {"text": BEFORE_STACKS}
+    supervisor, launcher = _hanging_trainer(log)
+    log["text"] = STACKS  # its stacks, written when asked
+    assert supervisor.check(6.6) is None and supervisor.check(6.8) is None
     assert launcher.signals == [("trainer.0", HUNG_SIGNAL), ("trainer.0", signal.SIGKILL)]
     launcher.codes["trainer.0"] = -9
-    reason, detail = supervisor.check(8)
+    reason, detail = supervisor.check(7.0)
     assert reason.startswith("worker trainer.0 made no progress for 6 s") and "restart budget" in reason
     assert 'stuck at File "/src/hanging.py", line 25 in step' in reason and "INFO step 3" in reason
     assert "\n" not in reason and "hanging.py" in detail
+
+
+def test_stacks_written_late_or_read_halfway_are_waited_for_before_the_kill():
+    """On a busy box a hung worker may write its stacks well after it was asked, or be read while
+    it writes them: the supervisor kills it only once its log has grown and then held still (up
+    to STACK_DUMP_MAX_S), so the stop reason still says where it was stuck."""
+    log = {"text": BEFORE_STACKS}
+    supervisor, launcher = _hanging_trainer(log)
+    assert supervisor.check(6.6) is None and supervisor.check(7.5) is None  # nothing written yet ...
+    assert len(launcher.signals) == 1  # ... so not killed yet
+    log["text"] = HALF_STACKS
+    assert supervisor.check(7.7) is None  # on its way
+    log["text"] = STACKS
+    assert supervisor.check(7.9) is None and len(launcher.signals) == 1  # still growing
+    assert supervisor.check(8.1) is None and launcher.signals[-1] == ("trainer.0", signal.SIGKILL)
+    launcher.codes["trainer.0"] = -9
+    reason, _ = supervisor.check(8.3)
+    assert 'stuck at File "/src/hanging.py", line 25 in step' in reason
+
+
+def test_a_hung_worker_whose_log_never_grows_is_killed_after_the_longest_wait():
+    supervisor, launcher = _hanging_trainer({"text": BEFORE_STACKS})
+    assert supervisor.check(6 + STACK_DUMP_MAX_S - 0.1) is None and len(launcher.signals) == 1
+    assert supervisor.check(6 + STACK_DUMP_MAX_S + 0.1) is None
+    assert launcher.signals[-1] == ("trainer.0", signal.SIGKILL)
+    launcher.codes["trainer.0"] = -9
+    reason, _ = supervisor.check(6 + STACK_DUMP_MAX_S + 0.3)
+    assert "its last log lines: " in reason and "stuck at" not in reason  # what it said, not where it hung
 
 
 def test_last_words_name_the_main_threads_innermost_frame_and_the_last_real_log_lines():

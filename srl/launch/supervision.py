@@ -30,8 +30,11 @@ from srl.streams.context import ContextSpec
 
 log = logging.getLogger(__name__)
 
-#: Seconds a hung worker gets to write its stacks to its log before it is killed.
+#: Seconds a hung worker gets to write its stacks to its log before it is killed, ...
 STACK_DUMP_S = 0.5
+#: ... or, where its log is still growing then (or has not grown yet: a busy box may run the
+#: worker late, or be read halfway through its stacks), up to this many, until it stops.
+STACK_DUMP_MAX_S = 3.0
 #: Seconds between a worker's heartbeats in a run of `SMALL_RUN` workers at most (400 heartbeats
 #: a second at most): the run's numbers, so its metrics rows and its stop rule, are this fresh,
 #: and a run of seconds still draws a curve.
@@ -96,6 +99,10 @@ class WorkerState:
     hung: str = ""
     hung_log: str = ""
     hung_at: float = 0.0
+    #: Its log's tail when last looked at since it was asked for its stacks, and whether it has
+    #: grown since (the stacks are on their way).
+    hung_tail: str = ""
+    hung_dumping: bool = False
 
 
 class Supervisor:
@@ -169,7 +176,12 @@ class Supervisor:
             elif worker.state == "running" and self.launcher.hangs_possible and (why := self._stalled(worker, now)):
                 self._hang(worker, why, now)
             elif worker.state == "hung" and now - worker.hung_at > STACK_DUMP_S:
-                worker.hung_log = worker.hung_log or last_words(self.log_tail(name))
+                tail = self.log_tail(name)
+                grew, worker.hung_tail = tail != worker.hung_tail, tail
+                if (grew or not worker.hung_dumping) and now - worker.hung_at < STACK_DUMP_MAX_S:
+                    worker.hung_dumping = worker.hung_dumping or grew
+                    continue  # its stacks are not all in its log yet
+                worker.hung_log = worker.hung_log or last_words(tail)
                 self.launcher.signal(name, signal.SIGKILL)
             elif worker.state == "starting" and now - worker.started_at > self.start_s:
                 reason = (f"worker {name} did not start within {self.start_s:.0f} s "
@@ -198,6 +210,7 @@ class Supervisor:
         """Ask a hung worker for its stacks (into its log); the next check after `STACK_DUMP_S` kills it."""
         log.warning("%s %s; killing it", worker.spec.name, why)
         worker.state, worker.hung, worker.hung_at, worker.hung_log = "hung", why, now, ""
+        worker.hung_tail, worker.hung_dumping = self.log_tail(worker.spec.name), False
         self.launcher.signal(worker.spec.name, HUNG_SIGNAL)
 
     def _run_stalled(self) -> tuple[str, str] | None:

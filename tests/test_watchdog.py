@@ -17,8 +17,8 @@ from test_graph import FakeLauncher, _config, _specs
 
 from srl.api.config import SupervisionConfig
 from srl.api.registry import WORKERS
-from srl.launch.supervision import STACK_DUMP_MAX_S, Supervisor, WorkerState, last_words
 from srl.api.worker import HUNG_SIGNAL
+from srl.launch.supervision import STACK_DUMP_MAX_S, Supervisor, WorkerState, last_words
 from srl.streams.context import ContextSpec
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"

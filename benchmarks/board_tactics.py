@@ -3,6 +3,7 @@ block the other player's?
 
     python benchmarks/board_tactics.py RUN                      # 2,000 positions of each kind
     python benchmarks/board_tactics.py RUN --source best --positions 500 --deterministic
+    python benchmarks/board_tactics.py RUN --against benchmarks/board_players.py:connect4_depth2
 
 Games of random legal moves are played on the run's own env; every position where the player
 to move can win at once (a "win" position), or where the other player threatens exactly one win
@@ -10,6 +11,9 @@ at once and the mover has none (a "block" position), is kept, as that player see
 acts in each once; the table gives how often it picks a right column, beside how often a random
 legal move would. A policy trained only against itself can score far better in its own games
 than here: these positions are the ones a different player leads to (docs/selfplay.md).
+
+`--against SOURCE` looks at the policy's own games instead: `--games` games a side against
+SOURCE (`random` or `FILE.py:NAME`), and the positions of each kind that the policy met in them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from srl.data import keys  # noqa: E402
 from srl.data.named_array import NamedArray  # noqa: E402
 from srl.evaluate import policy_for  # noqa: E402
 from srl.workers.threads import compute_threads  # noqa: E402
+
+
+_KINDS = {"win": "a win in one", "block": "the other player threatens one win"}
 
 
 def winning_columns(board: np.ndarray) -> set[int]:
@@ -59,6 +66,29 @@ def tactical_positions(env, count: int, seed: int) -> dict[str, list[tuple[dict,
     return found
 
 
+def answered_in_games(env, policy, opponent, games: int, seed: int, deterministic: bool) -> dict[str, tuple[int, int]]:
+    """(positions answered, positions met) of each kind, in `policy`'s own games against
+    `opponent`: `games` with each side first."""
+    counts = {"win": [0, 0], "block": [0, 0]}
+    for game in range(2 * games):
+        steps, turn = env.reset(seed=seed + game), 0
+        mine = env.agent_ids[game % 2]
+        while not all(s.done for s in steps.values()):
+            mover = env.agent_ids[turn % 2]
+            obs = steps[mover].obs
+            player = policy if mover == mine else opponent
+            batch = NamedArray({k: np.asarray(v)[None] for k, v in obs.items()})
+            action = int(np.asarray(player.rollout(batch, player.initial_state(1), deterministic)[keys.ACTION])[0])
+            if mover == mine:
+                wins, threats = winning_columns(obs[keys.OBS]), winning_columns(obs[keys.OBS][..., ::-1])
+                kind, answers = ("win", wins) if wins else ("block", threats) if len(threats) == 1 else (None, ())
+                if kind:
+                    counts[kind][0] += action in answers
+                    counts[kind][1] += 1
+            steps, turn = env.step({a: (action if a == mover else 0) for a in steps}), turn + 1
+    return {kind: (answered, met) for kind, (answered, met) in counts.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
@@ -66,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--positions", type=int, default=2000, help="positions of each kind")
     parser.add_argument("--seed", type=int, default=30_000)
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--against", metavar="SOURCE", help="the positions of the policy's own games against SOURCE")
+    parser.add_argument("--games", type=int, default=200, help="with --against: games a side")
     args = parser.parse_args(argv)
     compute_threads(1)
     config = run_config(args.run_dir)
@@ -73,6 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.run_dir} plays {config.env.id}; this looks at connect four (classic/connect_four-v3)")
     env = make_env(config.env)
     policy, label = policy_for(args.source, args.run_dir, config, spaces_of(env))
+    if args.against:
+        source = args.against if args.against == "random" else str(Path(args.against).resolve())
+        opponent, name = policy_for(source, args.run_dir, config, spaces_of(env))
+        print(f"{args.run_dir} ({label}), {args.games} games a side against {name}\n")
+        print("| position | met | the policy's move answered it |")
+        print("|---|---:|---:|")
+        counts = answered_in_games(env, policy, opponent, args.games, args.seed, args.deterministic)
+        for kind, (answered, met) in counts.items():
+            print(f"| {_KINDS[kind]} | {met} | {answered / max(met, 1):.1%} |")
+        return 0
     print(f"{args.run_dir} ({label}), {args.positions} positions of each kind from random play\n")
     print("| position | the policy's move answers it | a random legal move would |")
     print("|---|---:|---:|")
@@ -81,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         actions = np.asarray(policy.rollout(obs, policy.initial_state(len(positions)), args.deterministic)[keys.ACTION])
         right = np.mean([a in answers for a, (_, answers) in zip(actions, positions)])
         chance = np.mean([len(answers) / o[keys.ACTION_MASK].sum() for o, answers in positions])
-        print(f"| {'a win in one' if kind == 'win' else 'the other player threatens one win'} | "
+        print(f"| {_KINDS[kind]} | "
               f"{right:.1%} | {chance:.1%} |")
     return 0
 

@@ -294,3 +294,10 @@ def test_board_tactics_finds_positions_a_search_player_answers_and_random_play_m
     searched = [float(row.split("|")[2].strip(" %")) for row in rows]
     chance = [float(row.split("|")[3].strip(" %")) for row in rows]
     assert searched[0] == 100.0 and searched[1] >= 90 and max(chance) < 40
+    # In its own games: the search player against random play meets wins in one, and takes each.
+    assert tactics.main([str(tmp_path), "--source", f"{PLAYERS}:connect4_depth2", "--against", "random",
+                         "--games", "20"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a win") or "threatens" in line]
+    met = [int(row.split("|")[2]) for row in rows]
+    answered = [float(row.split("|")[3].strip(" %")) for row in rows]
+    assert met[0] >= 10 and answered[0] == 100.0 and (met[1] == 0 or answered[1] >= 90), rows

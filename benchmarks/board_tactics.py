@@ -36,7 +36,6 @@ from srl.data.named_array import NamedArray  # noqa: E402
 from srl.evaluate import policy_for  # noqa: E402
 from srl.workers.threads import compute_threads  # noqa: E402
 
-
 _KINDS = {"win": "a win in one", "block": "the other player threatens one win"}
 
 

@@ -207,7 +207,7 @@ class Supervisor:
         return ""
 
     def _hang(self, worker: WorkerState, why: str, now: float) -> None:
-        """Ask a hung worker for its stacks (into its log); the next check after `STACK_DUMP_S` kills it."""
+        """Ask a hung worker for its stacks (into its log); a check once they are in it kills it."""
         log.warning("%s %s; killing it", worker.spec.name, why)
         worker.state, worker.hung, worker.hung_at, worker.hung_log = "hung", why, now, ""
         worker.hung_tail, worker.hung_dumping = self.log_tail(worker.spec.name), False

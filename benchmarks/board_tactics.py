@@ -44,6 +44,16 @@ def winning_columns(board: np.ndarray) -> set[int]:
     return {column for column, score in _connect4_scores(board, 1).items() if score == 1}
 
 
+def kind_of(board: np.ndarray) -> tuple[str | None, set[int]]:
+    """("win", the winning columns) where the mover can win at once, else ("block", the column)
+    where the other player threatens exactly one win, else (None, no columns)."""
+    wins = winning_columns(board)
+    if wins:
+        return "win", wins
+    threats = winning_columns(board[..., ::-1])
+    return ("block", threats) if len(threats) == 1 else (None, set())
+
+
 def tactical_positions(env, count: int, seed: int) -> dict[str, list[tuple[dict, set[int]]]]:
     """`count` positions of each kind ("win", "block"), each with the columns that answer it."""
     rng = np.random.default_rng(seed)
@@ -52,12 +62,9 @@ def tactical_positions(env, count: int, seed: int) -> dict[str, list[tuple[dict,
     while min(len(v) for v in found.values()) < count:
         mover = env.agent_ids[turn % 2]  # the players take turns, the first agent first
         obs = steps[mover].obs
-        board = obs[keys.OBS]
-        wins, threats = winning_columns(board), winning_columns(board[..., ::-1])
-        if wins and len(found["win"]) < count:
-            found["win"].append((obs, wins))
-        elif not wins and len(threats) == 1 and len(found["block"]) < count:
-            found["block"].append((obs, threats))
+        kind, answers = kind_of(obs[keys.OBS])
+        if kind and len(found[kind]) < count:
+            found[kind].append((obs, answers))
         legal = np.flatnonzero(obs[keys.ACTION_MASK])
         steps, turn = env.step({a: (rng.choice(legal) if a == mover else 0) for a in steps}), turn + 1
         if all(s.done for s in steps.values()):
@@ -78,12 +85,10 @@ def answered_in_games(env, policy, opponent, games: int, seed: int, deterministi
             player = policy if mover == mine else opponent
             batch = NamedArray({k: np.asarray(v)[None] for k, v in obs.items()})
             action = int(np.asarray(player.rollout(batch, player.initial_state(1), deterministic)[keys.ACTION])[0])
-            if mover == mine:
-                wins, threats = winning_columns(obs[keys.OBS]), winning_columns(obs[keys.OBS][..., ::-1])
-                kind, answers = ("win", wins) if wins else ("block", threats) if len(threats) == 1 else (None, ())
-                if kind:
-                    counts[kind][0] += action in answers
-                    counts[kind][1] += 1
+            kind, answers = kind_of(obs[keys.OBS]) if mover == mine else (None, set())
+            if kind:
+                counts[kind][0] += action in answers
+                counts[kind][1] += 1
             steps, turn = env.step({a: (action if a == mover else 0) for a in steps}), turn + 1
     return {kind: (answered, met) for kind, (answered, met) in counts.items()}
 

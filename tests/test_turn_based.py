@@ -300,4 +300,4 @@ def test_board_tactics_finds_positions_a_search_player_answers_and_random_play_m
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a win") or "threatens" in line]
     met = [int(row.split("|")[2]) for row in rows]
     answered = [float(row.split("|")[3].strip(" %")) for row in rows]
-    assert met[0] >= 10 and answered[0] == 100.0 and (met[1] == 0 or answered[1] >= 90), rows
+    assert met[0] >= 10 and answered[0] == 100.0 and met[1] >= 5 and answered[1] >= 90, rows
